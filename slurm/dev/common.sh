@@ -1,0 +1,57 @@
+# Settings and helpers shared by slurm/dev/up and slurm/dev/down.
+# Every setting can be overridden from the environment.
+
+NODES=${DIV_DEV_NODES:-2}
+STATE=${DIV_DEV_STATE:-/var/lib/div-dev}
+CONF_DIR=${DIV_DEV_SLURM_CONF_DIR:-/etc/slurm}
+CLUSTER=${DIV_DEV_CLUSTER:-divdev}
+DEV_ACCOUNT=${DIV_DEV_ACCOUNT:-dev}
+BRIDGE=div-br0
+BRIDGE_ADDR=10.77.0.1
+CTL_HOST=$(hostname -s)
+GPU_TYPES=(b300 h200 h100 l40s)
+GPUS_PER_TYPE=8
+NODE_MEMORY_MB=$((336 * 1024))
+# The accounting database is local to this machine and the dev cluster only.
+DB_PASSWORD=${DIV_DEV_DB_PASSWORD:-div-dev-slurm}
+
+say() { echo "slurm/dev: $*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+node_addr() { echo "10.77.0.$((10 + $1))"; }
+
+pid_file() { echo "$STATE/run/$1.up.pid"; }
+
+# A pid is alive when its process exists and is not a zombie: this machine's
+# init reaps orphans slowly, so a dead daemon lingers as Z for a while.
+pid_alive() {
+    local state
+    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
+alive() {
+    local f
+    f=$(pid_file "$1")
+    [ -s "$f" ] && pid_alive "$(cat "$f")"
+}
+
+# Starts a daemon in the foreground mode of its own, detached from this shell,
+# and records its pid for `down`.
+start_daemon() {
+    local name=$1
+    shift
+    mkdir -p "$STATE/run" "$STATE/log"
+    setsid "$@" >>"$STATE/log/$name.out" 2>&1 </dev/null &
+    echo $! >"$(pid_file "$name")"
+}
+
+wait_for() {
+    local what=$1 i
+    shift
+    for i in $(seq 1 300); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    die "$what did not come up within 30 s; logs are in $STATE/log"
+}
