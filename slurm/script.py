@@ -1,0 +1,188 @@
+"""Render a JobSpec into a Slurm batch script: a pure function, pinned by a
+golden file in the tests so that every change to the script is a diff someone
+reads.
+
+Only the "values" block holds user values, each one shlex-quoted or already
+checked by a strict pattern (slurm.jobspec). Everything else is fixed text.
+"""
+from __future__ import annotations
+
+import shlex
+
+from slurm.jobspec import JobSpec, SlurmSite
+
+METRICS_PATH = "/div/metrics.jsonl"
+
+# Runs once on each node (srun, one task a node): a scratch folder with
+# workspace/ (a copy of the code) and mnt/, the command through the runtime,
+# then the lost-bytes note and the scratch gone, on any exit.
+NODE_FUNCTIONS = r'''
+div_node() {
+    eval "$div_bind_paths_decl"
+    export NODE_RANK=$SLURM_NODEID
+    scratch=$(mktemp -d "$div_scratch_root/div-$DIV_RUN.XXXXXX") || exit 1
+    trap div_cleanup EXIT
+    trap 'exit 143' TERM INT
+    mkdir -p "$scratch/workspace" "$scratch/mnt"
+    if [ -n "$div_code" ]; then
+        cp -a "$div_code/." "$scratch/workspace/" || exit 1
+    fi
+    volumes=()
+    local dir name
+    for dir in "$div_volumes_dir"/*/; do
+        name=$(basename "$dir")
+        [[ -d $dir && $name =~ ^[a-z0-9_-][a-z0-9._-]{0,62}$ ]] && volumes+=("$name")
+    done
+    div_exec
+    local rc=$?
+    echo "$rc" >"$div_state/exit.$SLURM_NODEID"
+    exit "$rc"
+}
+
+div_is_volume() {
+    local v
+    for v in "${volumes[@]}"; do [ "$v" = "$1" ] && return 0; done
+    return 1
+}
+
+div_cleanup() {
+    local entry name totals
+    for entry in "$scratch"/mnt/* "$scratch"/mnt/.[!.]*; do
+        [ -e "$entry" ] || continue
+        name=$(basename "$entry")
+        div_is_volume "$name" && continue
+        totals=$(find "$entry" -type f -printf '%s\n' | awk '{n++; s+=$1} END {print n+0, s+0}')
+        [ "${totals% *}" -gt 0 ] || continue
+        awk -v b="${totals#* }" -v n="$name" \
+            'BEGIN {printf "%.1f MB written to /mnt/%s was lost: it is not a volume\n", b/1e6, n}' >&2
+    done
+    rm -rf "$scratch"
+}
+'''
+
+# `none`: bubblewrap on the node's own software, read-only, and nothing else
+# of the node: no home, no share but the org's volumes, no other runs.
+EXEC_NONE = r'''
+div_exec() {
+    local args=(--die-with-parent --unshare-pid --unshare-ipc
+        --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib
+        --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin
+        --ro-bind /etc /etc --proc /proc --dev /dev --tmpfs /tmp
+        --bind "$scratch/mnt" /mnt --bind "$scratch/workspace" /workspace
+        --bind "$div_state/metrics.jsonl" "$DIV_METRICS"
+        --setenv HOME /workspace --chdir /workspace)
+    local p v
+    for p in "${div_bind_paths[@]}"; do args+=(--ro-bind "$p" "$p"); done
+    for p in /dev/nvidia* /dev/dri; do [ -e "$p" ] && args+=(--dev-bind "$p" "$p"); done
+    for v in "${volumes[@]}"; do args+=(--bind "$div_volumes_dir/$v" "/mnt/$v"); done
+    bwrap "${args[@]}" /bin/bash -c "$div_command"
+}
+'''
+
+# `pyxis`: a step of its own on this node, in the image, through enroot.
+EXEC_PYXIS = r'''
+div_exec() {
+    local mounts="$scratch/workspace:/workspace,$scratch/mnt:/mnt,$div_state/metrics.jsonl:$DIV_METRICS" v
+    for v in "${volumes[@]}"; do mounts+=",$div_volumes_dir/$v:/mnt/$v"; done
+    srun --overlap --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
+        --container-image="$div_image" --container-mounts="$mounts" \
+        --container-workdir=/workspace --no-container-mount-home \
+        /bin/bash -c "$div_command"
+}
+'''
+
+# `apptainer`: the image from its registry, contained, with GPUs when asked.
+EXEC_APPTAINER = r'''
+div_exec() {
+    local args=(exec --contain --pid --ipc --pwd /workspace
+        --bind "$scratch/workspace:/workspace" --bind "$scratch/mnt:/mnt"
+        --bind "$div_state/metrics.jsonl:$DIV_METRICS") v
+    [ "$div_gpus" = yes ] && args+=(--nv)
+    for v in "${volumes[@]}"; do args+=(--bind "$div_volumes_dir/$v:/mnt/$v"); done
+    apptainer "${args[@]}" "docker://$div_image" /bin/bash -c "$div_command"
+}
+'''
+
+EXEC = {"none": EXEC_NONE, "pyxis": EXEC_PYXIS, "apptainer": EXEC_APPTAINER}
+
+# The batch step: the node function once per node; rank 0's exit code is the
+# run's, and any rank's failure fails it.
+MAIN = r'''
+srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
+    /bin/bash -c "$(declare -f div_node div_is_volume div_cleanup div_exec); div_node"
+rc=$?
+rank0=$(cat "$div_state/exit.0" 2>/dev/null || echo "$rc")
+[ "$rank0" != 0 ] && exit "$rank0"
+exit "$rc"
+'''
+
+
+def sbatch_directives(spec: JobSpec, site: SlurmSite) -> list[str]:
+    nodes = spec.nodes(site)
+    lines = [
+        f"--job-name=div-{spec.run_name}",
+        f"--account={spec.account}",
+        f"--partition={site.partitions[spec.gpu_type]}",
+        f"--nodes={nodes}",
+        "--ntasks-per-node=1",
+    ]
+    if not spec.is_cpu:
+        per_node = spec.per_node(spec.gpus, site)
+        lines.append(f"--gres=gpu:{site.gres_types[spec.gpu_type]}:{per_node}")
+    lines += [
+        f"--cpus-per-task={spec.per_node(spec.cpus, site)}",
+        f"--mem={spec.per_node(spec.memory_gib, site)}G",
+    ]
+    if spec.time_limit_minutes is not None:
+        lines.append(f"--time={spec.time_limit_minutes}")
+    lines += [
+        f"--output={spec.state_dir}/stdout",
+        f"--error={spec.state_dir}/stderr",
+        # The server's own environment (its database URL, its keys) must not
+        # reach a run: the script sets everything a run sees.
+        "--export=NONE",
+    ]
+    return ["#SBATCH " + line for line in lines]
+
+
+def _assign(name: str, value: str) -> str:
+    return f"{name}={shlex.quote(value)}"
+
+
+def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
+    lines = [
+        "export " + _assign("PATH", site.path),
+        *("export " + _assign(k, v) for k, v in spec.env.items()),
+        # Ours after the run's own, so a run cannot fake its identity.
+        "export " + _assign("DIV_RUN", spec.run_name),
+        "export " + _assign("DIV_PROJECT", spec.project),
+        "export " + _assign("DIV_METRICS", METRICS_PATH),
+        'export NNODES="$SLURM_JOB_NUM_NODES"',
+        'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        f"export MASTER_PORT={int(site.master_port)}",
+        "export " + _assign("div_state", spec.state_dir),
+        "export " + _assign("div_volumes_dir", spec.volumes_dir),
+        "export " + _assign("div_code", spec.code_dir or ""),
+        "export " + _assign("div_command", spec.command),
+        "export " + _assign("div_image", spec.image),
+        "export " + _assign("div_scratch_root", site.scratch_root),
+        "export " + _assign("div_gpus", "no" if spec.is_cpu else "yes"),
+        # Arrays do not cross srun's environment: a declaration does.
+        "export div_bind_paths_decl=" + shlex.quote(
+            "div_bind_paths=(" + " ".join(shlex.quote(p) for p in site.bind_paths) + ")"),
+    ]
+    return lines
+
+
+def render_batch_script(spec: JobSpec, site: SlurmSite) -> str:
+    header = [
+        "#!/bin/bash",
+        f"# divergent run {spec.run_name}: rendered by slurm/script.py, safe to regenerate.",
+        *sbatch_directives(spec, site),
+    ]
+    body = [
+        "set -u",
+        *values_block(spec, site),
+        ': >>"$div_state/metrics.jsonl"',
+    ]
+    return "\n".join(header + [""] + body) + "\n" + NODE_FUNCTIONS + EXEC[site.runtime] + MAIN
