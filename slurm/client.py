@@ -1,0 +1,74 @@
+"""SlurmClient: one method per Slurm command, all of one shape: build argv,
+run it through the injected transport, check the return code and stderr,
+parse into typed records."""
+from __future__ import annotations
+
+import time
+
+from slurm.records import (SACCT_FIELDS, SQUEUE_FORMAT, JobRecord, merge, parse_sacct,
+                           parse_squeue)
+from slurm.transport import CommandResult, LocalTransport
+
+# Epoch seconds: sacct otherwise prints the controller's local time, no zone.
+TIME_ENV = {"SLURM_TIME_FORMAT": "%s"}
+
+
+class SlurmError(RuntimeError):
+    """Slurm refused or failed a command; the message is Slurm's own."""
+
+
+def _slurm_message(result: CommandResult) -> str:
+    lines = [line.removeprefix("sbatch: error: ").removeprefix("sbatch: ")
+             for line in result.stderr.splitlines() if line.strip()]
+    return "; ".join(dict.fromkeys(lines)) or f"exit code {result.returncode}"
+
+
+class SlurmClient:
+    def __init__(self, transport=None):
+        self.transport = transport or LocalTransport()
+
+    def _run(self, argv: list[str], stdin: str | None = None,
+             ok_errors: tuple[str, ...] = ()) -> CommandResult:
+        result = self.transport.run(argv, stdin=stdin, env=TIME_ENV)
+        # Slurm can exit 0 and still print an error.
+        failed = result.returncode != 0 or "error:" in result.stderr
+        if failed and not any(text in result.stderr + result.stdout for text in ok_errors):
+            raise SlurmError(f"{argv[0]}: {_slurm_message(result)}")
+        return result
+
+    def submit(self, script: str) -> str:
+        """Submits a batch script (on stdin) and returns the job id."""
+        out = self._run(["sbatch", "--parsable"], stdin=script).stdout.strip()
+        job_id = out.split(";", 1)[0]
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch: unexpected answer {out!r}")
+        return job_id
+
+    def cancel(self, job_id: str) -> None:
+        self._run(["scancel", _job_id(job_id)])
+
+    def query(self, job_ids: list[str]) -> dict[str, JobRecord]:
+        """Records for many jobs in one squeue and one sacct call."""
+        ids = ",".join(_job_id(j) for j in job_ids)
+        if not ids:
+            return {}
+        # squeue refuses the whole list once one id has left its memory.
+        live = self._run(["squeue", "--noheader", "--states=all", f"--jobs={ids}",
+                          f"--format={SQUEUE_FORMAT}"],
+                         ok_errors=("Invalid job id",)).stdout
+        accounted = self._run(["sacct", "--noheader", "--parsable2", "--allocations",
+                               f"--jobs={ids}", f"--format={SACCT_FIELDS}"]).stdout
+        return merge(parse_squeue(live), parse_sacct(accounted), int(time.time()))
+
+    def ensure_account(self, account: str, user: str = "root") -> None:
+        """A Slurm account for an org, with `user` (who submits) in it."""
+        nothing_new = ("Nothing new added",)
+        self._run(["sacctmgr", "-i", "add", "account", account], ok_errors=nothing_new)
+        self._run(["sacctmgr", "-i", "add", "user", user, f"account={account}"],
+                  ok_errors=nothing_new)
+
+
+def _job_id(job_id: str) -> str:
+    if not str(job_id).isdigit():
+        raise SlurmError(f"not a job id: {job_id!r}")
+    return str(job_id)

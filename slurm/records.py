@@ -1,0 +1,113 @@
+"""Typed rows from squeue and sacct (`--parsable2 --noheader`, times as epoch
+seconds through SLURM_TIME_FORMAT=%s), and the pure decisions on them: which
+of the two answers is the truth for a job, and what a Slurm state means to a
+run. No I/O here."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+SQUEUE_FORMAT = "%i|%T|%r|%S|%N"
+SACCT_FIELDS = "JobIDRaw,State,ExitCode,Start,End,ElapsedRaw,NodeList,Reason"
+
+LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
+               "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    state: str                 # Slurm's base state: RUNNING, COMPLETED, CANCELLED, ...
+    reason: str = ""           # why it waits, while PENDING
+    exit_code: int | None = None
+    signal: int | None = None
+    start: int | None = None   # epoch seconds
+    end: int | None = None
+    elapsed_seconds: int | None = None
+    nodes: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state not in LIVE_STATES and self.end is not None
+
+
+def _epoch(text: str) -> int | None:
+    # sacct and squeue print Unknown, None or 0 for times not yet known.
+    return int(text) if text.isdigit() and text != "0" else None
+
+
+def _reason(text: str) -> str:
+    return "" if text in ("None", "(null)") else text
+
+
+def parse_squeue(output: str) -> dict[str, JobRecord]:
+    records = {}
+    for line in output.splitlines():
+        if not line:
+            continue
+        job_id, state, reason, start, nodes = line.split("|", 4)
+        records[job_id] = JobRecord(job_id, state, _reason(reason), start=_epoch(start),
+                                    nodes=nodes)
+    return records
+
+
+def parse_sacct(output: str) -> dict[str, JobRecord]:
+    """One record per job (allocation lines only, as with -X)."""
+    records = {}
+    for line in output.splitlines():
+        if not line:
+            continue
+        job_id, state, exit_code, start, end, elapsed, nodes, reason = line.split("|", 7)
+        code, _, sig = exit_code.partition(":")
+        records[job_id] = JobRecord(
+            job_id,
+            # "CANCELLED by 0": the uid that cancelled is not part of the state.
+            state.split(" ", 1)[0],
+            _reason(reason),
+            exit_code=int(code) if code.isdigit() else None,
+            signal=int(sig) if sig.isdigit() else None,
+            start=_epoch(start),
+            end=_epoch(end),
+            elapsed_seconds=int(elapsed) if elapsed.isdigit() else None,
+            nodes="" if nodes == "None assigned" else nodes,
+        )
+    return records
+
+
+def merge(live: dict[str, JobRecord], accounted: dict[str, JobRecord],
+          now: int) -> dict[str, JobRecord]:
+    """Live state from squeue, final state from sacct once the job has ended.
+
+    Right after a fast start sacct can still say PENDING, so squeue wins for a
+    job it lists; a job squeue no longer lists is taken from sacct."""
+    merged = dict(accounted)
+    for job_id, record in live.items():
+        final = accounted.get(job_id)
+        if final is not None and final.finished:
+            continue
+        if record.start is not None and record.state != "PENDING":
+            record = replace(record, elapsed_seconds=max(0, now - record.start))
+        merged[job_id] = record
+    return merged
+
+
+# Slurm state -> run status (DESIGN.md "States"). CANCELLED and TIMEOUT are
+# settled by the caller, which knows whether it cancelled for spend or limit.
+RUN_STATUS = {
+    "PENDING": "queued", "REQUEUED": "queued", "CONFIGURING": "queued",
+    "RUNNING": "running", "COMPLETING": "running", "SUSPENDED": "running",
+    "RESIZING": "running", "SIGNALING": "running", "STAGE_OUT": "running",
+    "COMPLETED": "succeeded",
+    "FAILED": "failed", "OUT_OF_MEMORY": "failed", "NODE_FAIL": "failed",
+    "BOOT_FAIL": "failed", "DEADLINE": "failed", "PREEMPTED": "failed",
+    "CANCELLED": "canceled",
+    "TIMEOUT": "budget_exceeded",
+}
+
+
+def run_status(record: JobRecord, stopped_for: str | None = None) -> str:
+    """The run's status for a job record. `stopped_for` is the status we chose
+    when we cancelled the job ourselves (budget_exceeded, limit_reached)."""
+    status = RUN_STATUS.get(record.state, "failed")
+    if status == "canceled" and stopped_for:
+        return stopped_for
+    return status
