@@ -1,0 +1,19 @@
+"""Configuration from the environment, in one place."""
+from __future__ import annotations
+
+import os
+
+
+def _database_url() -> str | None:
+    url = os.environ.get("DATABASE_URL")
+    # SQLAlchemy wants the driver named; psycopg 3 is ours.
+    if url and url.startswith(("postgres://", "postgresql://")):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+class Config:
+    SECRET_KEY = os.environ.get("SECRET_KEY", "dev-only-not-secret")
+    # None: SQLite under instance/, decided in create_app once the path is known.
+    SQLALCHEMY_DATABASE_URI = _database_url()
+    SQLALCHEMY_ENGINE_OPTIONS = {"pool_pre_ping": True}

@@ -1,0 +1,143 @@
+"""The tables: orgs and their people, keys, projects, volumes and runs.
+
+Money is integer micro-dollars (1 USD = 1,000,000); times are aware UTC
+datetimes; every row that belongs to an org carries org_id, and every query
+of the app is scoped by it."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from app.extensions import db
+
+ROLES = ("member", "org_admin", "site_admin")
+RUN_STATUSES = ("queued", "running", "succeeded", "failed", "canceled",
+                "budget_exceeded", "limit_reached")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(sa.TypeDecorator):
+    """Stores UTC, returns aware datetimes on SQLite as on PostgreSQL."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime: use aware UTC datetimes")
+        return value.astimezone(timezone.utc) if value is not None else None
+
+    def process_result_value(self, value, dialect):
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+
+class Org(db.Model):
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(63), unique=True)
+    slurm_account: Mapped[str] = mapped_column(sa.String(63), unique=True)
+    # Per calendar month; None means no limit.
+    monthly_limit_micros: Mapped[int | None] = mapped_column(sa.BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    users = relationship("User", back_populates="org")
+
+
+class User(db.Model):
+    id: Mapped[int] = mapped_column(primary_key=True)
+    org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"), index=True)
+    username: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    email: Mapped[str | None] = mapped_column(sa.String(255))
+    password_hash: Mapped[str | None] = mapped_column(sa.String(255))
+    role: Mapped[str] = mapped_column(sa.String(16), default="member")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    org = relationship("Org", back_populates="users")
+    api_keys = relationship("ApiKey", back_populates="user")
+
+    __table_args__ = (sa.CheckConstraint(sa.column("role").in_(ROLES), name="role"),)
+
+
+class ApiKey(db.Model):
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(sa.ForeignKey("user.id"), index=True)
+    # The key's visible start (div_<id>), recognisable when leaked, used to
+    # find the row; the secret part is only ever stored hashed.
+    prefix: Mapped[str] = mapped_column(sa.String(32), unique=True)
+    key_hash: Mapped[str] = mapped_column(sa.String(128))
+    name: Mapped[str] = mapped_column(sa.String(64), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    user = relationship("User", back_populates="api_keys")
+
+
+class Project(db.Model):
+    id: Mapped[int] = mapped_column(primary_key=True)
+    org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"))
+    name: Mapped[str] = mapped_column(sa.String(63))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (sa.UniqueConstraint("org_id", "name"),)
+
+
+class Volume(db.Model):
+    id: Mapped[int] = mapped_column(primary_key=True)
+    org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"))
+    name: Mapped[str] = mapped_column(sa.String(63))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (sa.UniqueConstraint("org_id", "name"),)
+
+
+class Run(db.Model):
+    id: Mapped[int] = mapped_column(primary_key=True)
+    org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"))
+    project_id: Mapped[int] = mapped_column(sa.ForeignKey("project.id"))
+    user_id: Mapped[int] = mapped_column(sa.ForeignKey("user.id"))
+    name: Mapped[str] = mapped_column(sa.String(63))
+    status: Mapped[str] = mapped_column(sa.String(16), default="queued")
+    slurm_job_id: Mapped[str | None] = mapped_column(sa.String(32))
+    pending_reason: Mapped[str | None] = mapped_column(sa.String(64))
+    # Why we cancelled it ourselves (budget_exceeded, limit_reached), if we did.
+    stopped_for: Mapped[str | None] = mapped_column(sa.String(16))
+
+    gpu_type: Mapped[str] = mapped_column(sa.String(8))
+    gpus: Mapped[int]
+    cpus: Mapped[int]
+    memory_gib: Mapped[int]
+    image: Mapped[str] = mapped_column(sa.String(255))
+    command: Mapped[str] = mapped_column(sa.Text)
+    env: Mapped[dict] = mapped_column(sa.JSON, default=dict)
+    code_ref: Mapped[str | None] = mapped_column(sa.String(255))  # <volume>/code/<hash8>
+    telemetry: Mapped[str | None] = mapped_column(sa.Text)       # the run's telemetry.toml
+
+    rate_micros_per_hour: Mapped[int] = mapped_column(sa.BigInteger)
+    max_spend_micros: Mapped[int | None] = mapped_column(sa.BigInteger)
+    time_limit_minutes: Mapped[int | None]
+    cost_micros: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+
+    exit_code: Mapped[int | None]
+    elapsed_seconds: Mapped[int | None]
+    metrics: Mapped[dict] = mapped_column(sa.JSON, default=dict)
+    checks: Mapped[list] = mapped_column(sa.JSON, default=list)
+
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        sa.UniqueConstraint("org_id", "name"),
+        sa.CheckConstraint(sa.column("status").in_(RUN_STATUSES), name="status"),
+        # The runs page: an org's runs newest first (keyset pagination).
+        sa.Index("ix_run_org_created", "org_id", "created_at", "id"),
+        # The reconciler: every live run of every org.
+        sa.Index("ix_run_status", "status"),
+    )

@@ -1,0 +1,1 @@
+"""Plain functions over the models: no request objects, unit-testable."""

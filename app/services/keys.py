@@ -1,0 +1,39 @@
+"""API keys: `div_<id>_<secret>`, shown once, stored as the id (to find the
+row, and to recognise a leaked key) plus a SHA-256 of the whole key. The
+secret is 32 random bytes, so a slow KDF would add nothing but latency."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+from app.extensions import db
+from app.models import ApiKey, User, utcnow
+
+PREFIX = "div_"
+
+
+def _hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def create_key(user: User, name: str = "") -> str:
+    """Creates a key for `user` and returns it: the only time it is seen."""
+    key_id = secrets.token_hex(6)
+    key = f"{PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
+    db.session.add(ApiKey(user=user, prefix=f"{PREFIX}{key_id}", key_hash=_hash(key), name=name))
+    db.session.commit()
+    return key
+
+
+def user_for_key(key: str) -> User | None:
+    """The key's user, if the key is valid and not revoked."""
+    if not key.startswith(PREFIX) or key.count("_") < 2:
+        return None
+    prefix = key[: key.index("_", len(PREFIX))]
+    row = db.session.execute(db.select(ApiKey).filter_by(prefix=prefix)).scalar_one_or_none()
+    if row is None or row.revoked_at is not None or not hmac.compare_digest(row.key_hash, _hash(key)):
+        return None
+    row.last_used_at = utcnow()
+    db.session.commit()
+    return row.user

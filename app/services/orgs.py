@@ -1,0 +1,34 @@
+"""Orgs and their users."""
+from __future__ import annotations
+
+import re
+
+from app.extensions import db
+from app.models import Org, User
+
+ORG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+class InvalidName(ValueError):
+    pass
+
+
+def get_or_create_org(name: str) -> Org:
+    if not ORG_NAME.fullmatch(name):
+        raise InvalidName(f"org names are lowercase letters, digits, - and _: {name!r}")
+    org = db.session.execute(db.select(Org).filter_by(name=name)).scalar_one_or_none()
+    if org is None:
+        # The org's Slurm account carries its name, so sacct and fair share see orgs.
+        org = Org(name=name, slurm_account=name)
+        db.session.add(org)
+        db.session.commit()
+    return org
+
+
+def get_or_create_user(org: Org, username: str, role: str = "member") -> User:
+    user = db.session.execute(db.select(User).filter_by(username=username)).scalar_one_or_none()
+    if user is None:
+        user = User(org=org, username=username, role=role)
+        db.session.add(user)
+        db.session.commit()
+    return user

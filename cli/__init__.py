@@ -1,0 +1,1 @@
+"""The `div` command: HTTP only, no app imports."""
