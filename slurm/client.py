@@ -17,8 +17,13 @@ class SlurmError(RuntimeError):
     """Slurm refused or failed a command; the message is Slurm's own."""
 
 
+class SubmitRefused(SlurmError):
+    """Slurm will never run this job as asked (more than the cluster has, a
+    bad account, ...)."""
+
+
 def _slurm_message(result: CommandResult) -> str:
-    lines = [line.removeprefix("sbatch: error: ").removeprefix("sbatch: ")
+    lines = [line.split("error: ", 1)[-1].removeprefix("Batch job submission failed: ")
              for line in result.stderr.splitlines() if line.strip()]
     return "; ".join(dict.fromkeys(lines)) or f"exit code {result.returncode}"
 
@@ -29,7 +34,11 @@ class SlurmClient:
 
     def _run(self, argv: list[str], stdin: str | None = None,
              ok_errors: tuple[str, ...] = ()) -> CommandResult:
-        result = self.transport.run(argv, stdin=stdin, env=TIME_ENV)
+        return self._check(argv, self.transport.run(argv, stdin=stdin, env=TIME_ENV), ok_errors)
+
+    @staticmethod
+    def _check(argv: list[str], result: CommandResult,
+               ok_errors: tuple[str, ...] = ()) -> CommandResult:
         # Slurm can exit 0 and still print an error.
         failed = result.returncode != 0 or "error:" in result.stderr
         if failed and not any(text in result.stderr + result.stdout for text in ok_errors):
@@ -38,7 +47,10 @@ class SlurmClient:
 
     def submit(self, script: str) -> str:
         """Submits a batch script (on stdin) and returns the job id."""
-        out = self._run(["sbatch", "--parsable"], stdin=script).stdout.strip()
+        result = self.transport.run(["sbatch", "--parsable"], stdin=script, env=TIME_ENV)
+        if "Batch job submission failed" in result.stderr:
+            raise SubmitRefused(f"Slurm refused the job: {_slurm_message(result)}")
+        out = self._check(["sbatch"], result).stdout.strip()
         job_id = out.split(";", 1)[0]
         if not job_id.isdigit():
             raise SlurmError(f"sbatch: unexpected answer {out!r}")

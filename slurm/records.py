@@ -83,6 +83,9 @@ def merge(live: dict[str, JobRecord], accounted: dict[str, JobRecord],
     for job_id, record in live.items():
         final = accounted.get(job_id)
         if final is not None and final.finished:
+            # sacct can name only the batch host for a moment after the end.
+            if record.nodes:
+                merged[job_id] = replace(final, nodes=record.nodes)
             continue
         if record.start is not None and record.state != "PENDING":
             record = replace(record, elapsed_seconds=max(0, now - record.start))

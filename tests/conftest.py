@@ -1,0 +1,97 @@
+"""Fixtures over real parts: the dev Slurm cluster (slurm/dev/up), an OpenSSH
+server on 127.0.0.1 for the SSH transport, SQLite and PostgreSQL.
+
+A missing cluster or database is a failure here, never a skip: `make test`
+brings them up first."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm.client import SlurmClient
+from slurm.transport import LocalTransport, SSHTransport
+
+DEV_STATE = Path(os.environ.get("DIV_DEV_STATE", "/var/lib/div-dev"))
+POSTGRES_URL = os.environ.get("DIV_TEST_POSTGRES_URL",
+                              "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The dev cluster must answer; `make test` starts it."""
+    done = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
+    assert done.returncode == 0 and "UP" in done.stdout, (
+        "the dev Slurm cluster is not up: run `make test` or slurm/dev/up\n" + done.stdout + done.stderr)
+    return True
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory):
+    """A real OpenSSH server on 127.0.0.1 with throwaway keys."""
+    base = tmp_path_factory.mktemp("sshd")
+    host_key, user_key = base / "host_key", base / "user_key"
+    for key in (host_key, user_key):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    (base / "authorized_keys").write_text((base / "user_key.pub").read_text())
+    port = _free_port()
+    config = base / "sshd_config"
+    config.write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\n"
+        f"AuthorizedKeysFile {base}/authorized_keys\nPermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+        f"PidFile {base}/sshd.pid\nStrictModes no\n"
+        # The transport sets SLURM_TIME_FORMAT through `env`, so no AcceptEnv.
+        "SetEnv PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n")
+    os.makedirs("/run/sshd", exist_ok=True)
+    proc = subprocess.Popen([shutil.which("sshd") or "/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
+                            stderr=open(base / "sshd.log", "w"))
+    host_pub = (base / "host_key.pub").read_text().split()
+    (base / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
+    _wait_for_port(port)
+    yield {"host": "127.0.0.1", "port": port, "user": "root", "key_path": str(user_key),
+           "known_hosts": str(base / "known_hosts")}
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="session", params=["local", "ssh"])
+def slurm(request, slurm_cluster):
+    """A SlurmClient through each transport."""
+    if request.param == "local":
+        yield SlurmClient(LocalTransport())
+        return
+    transport = SSHTransport(**request.getfixturevalue("sshd"))
+    yield SlurmClient(transport)
+    transport.close()
+
+
+@pytest.fixture
+def job_dirs(tmp_path):
+    """A state folder, an org folder with one volume, and a code folder, on a
+    path every node sees."""
+    state, volumes, code = tmp_path / "state", tmp_path / "org", tmp_path / "code"
+    for d in (state, volumes / "data", code):
+        d.mkdir(parents=True)
+    return state, volumes, code
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port: int) -> None:
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"sshd did not listen on {port}")

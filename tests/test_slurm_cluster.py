@@ -1,0 +1,132 @@
+"""The Slurm adapter against the real dev cluster, through both transports:
+what a run sees, how it ends, and what Slurm refuses."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from slurm.client import SlurmClient, SubmitRefused
+from slurm.records import run_status
+from slurm.script import render_batch_script
+from slurm.transport import LocalTransport, SSHTransport
+from tests.jobs import SITE, spec_for, wait_for_end
+
+
+def submit(slurm: SlurmClient, spec) -> str:
+    return slurm.submit(render_batch_script(spec, SITE))
+
+
+def test_gpu_job_sees_code_and_volume_and_loses_scratch(slurm, job_dirs):
+    state, volumes, code = job_dirs
+    (code / "train.py").write_text("print('trained')\n")
+    (volumes / "data" / "input.txt").write_text("dataset\n")
+    command = (
+        "python train.py && cat /mnt/data/input.txt && echo \"gpus=$CUDA_VISIBLE_DEVICES\" "
+        "&& echo oops >&2 && echo ckpt > /mnt/data/ckpt.txt && echo tmp > /workspace/junk.txt "
+        "&& mkdir -p /mnt/scratchy && head -c 2500000 /dev/zero > /mnt/scratchy/blob "
+        "&& ls /mnt")
+    job = submit(slurm, spec_for(job_dirs, command, gpu_type="h100", gpus=2, cpus=2,
+                                 memory_gib=16))
+    record = wait_for_end(slurm, job)
+
+    assert (record.state, record.exit_code) == ("COMPLETED", 0)
+    stdout = (state / "stdout").read_text()
+    stderr = (state / "stderr").read_text()
+    assert stdout.splitlines()[:2] == ["trained", "dataset"]
+    assert len(stdout.split("gpus=")[1].split()[0].split(",")) == 2
+    assert "oops" in stderr and "oops" not in stdout
+    # What the run wrote to the volume stays; the rest of /mnt and /workspace go.
+    assert (volumes / "data" / "ckpt.txt").read_text() == "ckpt\n"
+    assert not (code / "junk.txt").exists()
+    assert stderr.rstrip().endswith("2.5 MB written to /mnt/scratchy was lost: it is not a volume")
+    assert "scratchy" in stdout.split("gpus=")[1]
+
+
+def test_exit_code_comes_back_as_failed(slurm, job_dirs):
+    record = wait_for_end(slurm, submit(slurm, spec_for(job_dirs, "exit 3")))
+    assert (record.state, record.exit_code, run_status(record)) == ("FAILED", 3, "failed")
+
+
+def test_cancel_ends_as_cancelled(slurm, job_dirs):
+    job = submit(slurm, spec_for(job_dirs, "sleep 300"))
+    _wait_running(slurm, job)
+    slurm.cancel(job)
+    record = wait_for_end(slurm, job)
+    assert record.state == "CANCELLED"
+    assert run_status(record) == "canceled"
+    assert run_status(record, stopped_for="limit_reached") == "limit_reached"
+
+
+def test_elapsed_seconds_come_from_sacct(slurm, job_dirs):
+    record = wait_for_end(slurm, submit(slurm, spec_for(job_dirs, "sleep 3")))
+    assert record.state == "COMPLETED"
+    assert 3 <= record.elapsed_seconds <= 6
+    assert record.end - record.start == record.elapsed_seconds
+
+
+RENDEZVOUS = r'''
+import os, socket, sys
+rank = int(os.environ["NODE_RANK"])
+print("rank", rank, "of", os.environ["NNODES"], "on", socket.gethostname(),
+      "slurm node", os.environ["SLURM_NODEID"], "master", os.environ["MASTER_ADDR"], flush=True)
+addr = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+if rank == 0:
+    server = socket.create_server(("0.0.0.0", addr[1]))
+    server.settimeout(30)
+    conn, _ = server.accept()
+    print("rank 0 got", conn.recv(100).decode(), flush=True)
+else:
+    import time
+    for _ in range(100):
+        try:
+            socket.create_connection(addr, 1).sendall(b"hello from " + socket.gethostname().encode())
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        sys.exit("rank 1 could not reach rank 0")
+'''
+
+
+def test_sixteen_gpus_run_on_two_nodes_that_reach_each_other(slurm, job_dirs):
+    state, _, code = job_dirs
+    (code / "rendezvous.py").write_text(RENDEZVOUS)
+    job = submit(slurm, spec_for(job_dirs, "python rendezvous.py", gpu_type="h100", gpus=16,
+                                 cpus=2, memory_gib=16))
+    record = wait_for_end(slurm, job)
+    stdout = (state / "stdout").read_text()
+    assert (record.state, record.exit_code) == ("COMPLETED", 0), stdout + (state / "stderr").read_text()
+    assert record.nodes == "node[1-2]"
+    assert "rank 0 of 2 on node1 slurm node 0 master node1" in stdout
+    assert "rank 1 of 2 on node2 slurm node 1 master node1" in stdout
+    assert "rank 0 got hello from node2" in stdout
+
+
+def test_more_gpus_than_the_cluster_has_is_refused_at_submit(slurm, job_dirs):
+    with pytest.raises(SubmitRefused, match="^Slurm refused the job: Node count specification invalid$"):
+        submit(slurm, spec_for(job_dirs, "true", gpu_type="h100", gpus=24, memory_gib=24))
+
+
+def test_a_one_minute_time_limit_ends_as_timeout(sshd, slurm_cluster, tmp_path):
+    """Both transports at once, since Slurm takes 64 to 81 s to end it."""
+    clients = [SlurmClient(LocalTransport()), SlurmClient(SSHTransport(**sshd))]
+    jobs = []
+    for i, client in enumerate(clients):
+        dirs = [tmp_path / str(i) / d for d in ("state", "org", "code")]
+        for d in dirs:
+            d.mkdir(parents=True)
+        jobs.append(submit(client, spec_for(dirs, "sleep 600", time_limit_minutes=1)))
+    for client, job in zip(clients, jobs):
+        record = wait_for_end(client, job, timeout=150)
+        assert record.state == "TIMEOUT"
+        assert run_status(record) == "budget_exceeded"
+        assert 60 <= record.elapsed_seconds <= 90
+
+
+def _wait_running(slurm: SlurmClient, job: str) -> None:
+    for _ in range(100):
+        if slurm.query([job])[job].state == "RUNNING":
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"job {job} did not start")
