@@ -33,9 +33,11 @@ class UTCDateTime(sa.TypeDecorator):
         return value.astimezone(timezone.utc) if value is not None else None
 
     def process_result_value(self, value, dialect):
-        if value is not None and value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        return value
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
 
 
 class Org(db.Model):

@@ -1,0 +1,97 @@
+#!/bin/bash
+# divergent run run-k4t9: rendered by slurm/script.py, safe to regenerate.
+#SBATCH --job-name=div-run-k4t9
+#SBATCH --account=acme
+#SBATCH --partition=h100
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gres=gpu:h100:1
+#SBATCH --cpus-per-task=8
+#SBATCH --mem=64G
+#SBATCH --time=62
+#SBATCH --output=/srv/div/runs/acme/run-k4t9/stdout
+#SBATCH --error=/srv/div/runs/acme/run-k4t9/stderr
+#SBATCH --export=NONE
+
+set -u
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export LR=3e-4
+export DIV_RUN=run-k4t9
+export DIV_PROJECT=classifier
+export DIV_METRICS=/div/metrics.jsonl
+export NNODES="$SLURM_JOB_NUM_NODES"
+export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+export MASTER_PORT=29500
+export div_state=/srv/div/runs/acme/run-k4t9
+export div_volumes_dir=/srv/div/share/acme
+export div_code=/srv/div/share/acme/classifier-code/code/9f31c2ab
+export div_command='python -u -c '"'"'from train import run; run()'"'"''
+export div_image=pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime
+export div_scratch_root=/tmp
+export div_gpus=yes
+export div_bind_paths_decl='div_bind_paths=(/opt/conda)'
+: >>"$div_state/metrics.jsonl"
+
+div_node() {
+    eval "$div_bind_paths_decl"
+    export NODE_RANK=$SLURM_NODEID
+    scratch=$(mktemp -d "$div_scratch_root/div-$DIV_RUN.XXXXXX") || exit 1
+    trap div_cleanup EXIT
+    trap 'exit 143' TERM INT
+    mkdir -p "$scratch/workspace" "$scratch/mnt"
+    if [ -n "$div_code" ]; then
+        cp -a "$div_code/." "$scratch/workspace/" || exit 1
+    fi
+    volumes=()
+    local dir name
+    for dir in "$div_volumes_dir"/*/; do
+        name=$(basename "$dir")
+        [[ -d $dir && $name =~ ^[a-z0-9_-][a-z0-9._-]{0,62}$ ]] && volumes+=("$name")
+    done
+    div_exec
+    local rc=$?
+    echo "$rc" >"$div_state/exit.$SLURM_NODEID"
+    exit "$rc"
+}
+
+div_is_volume() {
+    local v
+    for v in "${volumes[@]}"; do [ "$v" = "$1" ] && return 0; done
+    return 1
+}
+
+div_cleanup() {
+    local entry name totals
+    for entry in "$scratch"/mnt/* "$scratch"/mnt/.[!.]*; do
+        [ -e "$entry" ] || continue
+        name=$(basename "$entry")
+        div_is_volume "$name" && continue
+        totals=$(find "$entry" -type f -printf '%s\n' | awk '{n++; s+=$1} END {print n+0, s+0}')
+        [ "${totals% *}" -gt 0 ] || continue
+        awk -v b="${totals#* }" -v n="$name" \
+            'BEGIN {printf "%.1f MB written to /mnt/%s was lost: it is not a volume\n", b/1e6, n}' >&2
+    done
+    rm -rf "$scratch"
+}
+
+div_exec() {
+    local args=(--die-with-parent --unshare-pid --unshare-ipc
+        --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib
+        --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin
+        --ro-bind /etc /etc --proc /proc --dev /dev --tmpfs /tmp
+        --bind "$scratch/mnt" /mnt --bind "$scratch/workspace" /workspace
+        --bind "$div_state/metrics.jsonl" "$DIV_METRICS"
+        --setenv HOME /workspace --chdir /workspace)
+    local p v
+    for p in "${div_bind_paths[@]}"; do args+=(--ro-bind "$p" "$p"); done
+    for p in /dev/nvidia* /dev/dri; do [ -e "$p" ] && args+=(--dev-bind "$p" "$p"); done
+    for v in "${volumes[@]}"; do args+=(--bind "$div_volumes_dir/$v" "/mnt/$v"); done
+    bwrap "${args[@]}" /bin/bash -c "$div_command"
+}
+
+srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
+    /bin/bash -c "$(declare -f div_node div_is_volume div_cleanup div_exec); div_node"
+rc=$?
+rank0=$(cat "$div_state/exit.0" 2>/dev/null || echo "$rc")
+[ "$rank0" != 0 ] && exit "$rank0"
+exit "$rc"

@@ -1,0 +1,110 @@
+"""The schema through its migration, on SQLite and on PostgreSQL: orgs,
+users, keys, projects, volumes and runs, and the API's key check."""
+from __future__ import annotations
+
+from datetime import timezone
+
+import pytest
+import sqlalchemy as sa
+from flask_migrate import upgrade
+
+from app import create_app
+from app.extensions import db
+from app.models import Project, Run, Volume
+from app.services.keys import create_key, user_for_key
+from app.services.orgs import get_or_create_org, get_or_create_user
+from tests.conftest import POSTGRES_URL
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def app(request, tmp_path):
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'test.db'}"
+    else:
+        url = _fresh_postgres_database()
+    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": url})
+    with app.app_context():
+        upgrade()
+        yield app
+        db.session.remove()
+        db.engine.dispose()
+
+
+def _fresh_postgres_database() -> str:
+    admin = sa.create_engine(POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://"),
+                             isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text("DROP DATABASE IF EXISTS divergent_test WITH (FORCE)"))
+        conn.execute(sa.text("CREATE DATABASE divergent_test"))
+    admin.dispose()
+    return POSTGRES_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + "/divergent_test"
+
+
+def make_run(org, user, project, name="run-k4t9", **overrides) -> Run:
+    fields = dict(org_id=org.id, project_id=project.id, user_id=user.id, name=name,
+                  gpu_type="h100", gpus=1, cpus=8, memory_gib=64, image="img",
+                  command="python train.py", rate_micros_per_hour=7_530_000)
+    fields.update(overrides)
+    return Run(**fields)
+
+
+def test_a_run_belongs_to_an_org_project_and_user(app):
+    org = get_or_create_org("acme")
+    user = get_or_create_user(org, "ada")
+    project = Project(org_id=org.id, name="classifier")
+    db.session.add(project)
+    db.session.flush()
+    db.session.add(make_run(org, user, project, env={"LR": "3e-4"}, max_spend_micros=5_000_000))
+    db.session.commit()
+
+    run = db.session.execute(db.select(Run).filter_by(org_id=org.id, name="run-k4t9")).scalar_one()
+    assert (run.status, run.cost_micros, run.env) == ("queued", 0, {"LR": "3e-4"})
+    assert run.created_at.tzinfo == timezone.utc
+    assert org.slurm_account == "acme"
+
+
+def test_run_names_are_unique_in_an_org_only(app):
+    acme, other = get_or_create_org("acme"), get_or_create_org("other")
+    for org in (acme, other):
+        user = get_or_create_user(org, f"user-{org.name}")
+        project = Project(org_id=org.id, name="p")
+        db.session.add(project)
+        db.session.flush()
+        db.session.add(make_run(org, user, project))
+    db.session.commit()
+    user = get_or_create_user(acme, "user-acme")
+    db.session.add(make_run(acme, user, db.session.execute(
+        db.select(Project).filter_by(org_id=acme.id)).scalar_one()))
+    with pytest.raises(sa.exc.IntegrityError):
+        db.session.commit()
+
+
+def test_volume_names_are_unique_in_an_org(app):
+    org = get_or_create_org("acme")
+    db.session.add_all([Volume(org_id=org.id, name="data"), Volume(org_id=org.id, name="data")])
+    with pytest.raises(sa.exc.IntegrityError):
+        db.session.commit()
+
+
+def test_api_keys_are_stored_hashed_and_can_be_revoked(app):
+    user = get_or_create_user(get_or_create_org("acme"), "ada")
+    key = create_key(user, name="laptop")
+    row = user.api_keys[0]
+    assert key.startswith(row.prefix + "_") and row.prefix.startswith("div_")
+    assert key not in (row.key_hash, row.prefix)
+    assert user_for_key(key) == user and row.last_used_at is not None
+    assert user_for_key(key[:-1] + ("x" if key[-1] != "x" else "y")) is None
+    row.revoked_at = row.created_at
+    db.session.commit()
+    assert user_for_key(key) is None
+
+
+def test_whoami_answers_for_a_key_and_refuses_without(app):
+    user = get_or_create_user(get_or_create_org("acme"), "ada", role="org_admin")
+    key = create_key(user)
+    client = app.test_client()
+    assert client.get("/api/v1/health").json == {"ok": True}
+    answer = client.get("/api/v1/whoami", headers={"Authorization": f"Bearer {key}"})
+    assert answer.json == {"user": "ada", "org": "acme", "role": "org_admin"}
+    refused = client.get("/api/v1/whoami", headers={"Authorization": "Bearer div_nope_nope"})
+    assert (refused.status_code, refused.json) == (401, {"error": "invalid or missing API key"})

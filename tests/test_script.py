@@ -1,0 +1,64 @@
+"""The batch script, pinned by golden files: a change to the script is a diff
+someone reads. Regenerate with DIV_UPDATE_GOLDEN=1 after reading it."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from slurm.jobspec import InvalidJobSpec, JobSpec, SlurmSite
+from slurm.script import render_batch_script, sbatch_directives
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def example_spec(**overrides) -> JobSpec:
+    fields = dict(run_name="run-k4t9", account="acme", gpu_type="h100", gpus=1, cpus=8,
+                  memory_gib=64, command="python -u -c 'from train import run; run()'",
+                  state_dir="/srv/div/runs/acme/run-k4t9", volumes_dir="/srv/div/share/acme",
+                  code_dir="/srv/div/share/acme/classifier-code/code/9f31c2ab",
+                  project="classifier", time_limit_minutes=62, env={"LR": "3e-4"})
+    fields.update(overrides)
+    return JobSpec(**fields)
+
+
+@pytest.mark.parametrize("runtime", ["none", "pyxis", "apptainer"])
+def test_batch_script_matches_golden_file(runtime):
+    site = SlurmSite(runtime=runtime, bind_paths=("/opt/conda",))
+    script = render_batch_script(example_spec(), site)
+    golden = GOLDEN / f"batch-{runtime}.sh"
+    if os.environ.get("DIV_UPDATE_GOLDEN"):
+        golden.write_text(script)
+    assert script == golden.read_text()
+
+
+def test_thirty_two_gpus_are_four_nodes_of_eight():
+    lines = sbatch_directives(example_spec(gpus=32, cpus=32, memory_gib=256), SlurmSite())
+    assert "#SBATCH --nodes=4" in lines
+    assert "#SBATCH --gres=gpu:h100:8" in lines
+    assert "#SBATCH --cpus-per-task=8" in lines
+    assert "#SBATCH --mem=64G" in lines
+
+
+def test_cpu_runs_ask_for_no_gres_and_site_names_are_used():
+    site = SlurmSite(partitions={"cpu": "batch", "h100": "gpu-h100"}, gres_types={"h100": "nvidia_h100"})
+    assert not any("--gres" in line for line in sbatch_directives(example_spec(gpu_type="cpu"), site))
+    lines = sbatch_directives(example_spec(), site)
+    assert "#SBATCH --partition=gpu-h100" in lines
+    assert "#SBATCH --gres=gpu:nvidia_h100:1" in lines
+
+
+def test_no_time_limit_means_no_time_directive():
+    assert not any("--time" in line for line in sbatch_directives(
+        example_spec(time_limit_minutes=None), SlurmSite()))
+
+
+def test_more_than_eight_gpus_must_fill_whole_nodes():
+    with pytest.raises(InvalidJobSpec, match="multiple of 8"):
+        example_spec(gpus=12)
+
+
+def test_unknown_runtime_is_refused():
+    with pytest.raises(InvalidJobSpec, match="runtime"):
+        SlurmSite(runtime="docker")
