@@ -1,0 +1,40 @@
+# `make up`: everything a developer needs, started. `make test`: the tests,
+# with what they need brought up first. `make down`: stop what `up` started.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+export FLASK_APP := wsgi.py
+
+.PHONY: up test down cluster postgres test-tools
+
+up: $(VENV)/.installed cluster
+	$(BIN)/flask db upgrade
+	scripts/server start
+	$(BIN)/flask dev-bootstrap --env-file .div-dev.env
+
+test: $(VENV)/.installed cluster postgres test-tools
+	$(BIN)/pytest
+
+down:
+	-scripts/server stop
+	slurm/dev/down
+
+cluster:
+	slurm/dev/up
+
+postgres:
+	scripts/postgres-up
+
+# The SSH transport's tests start a real sshd.
+test-tools:
+	@command -v sshd >/dev/null && command -v ssh-keygen >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server openssh-client >/dev/null)
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
+	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements-dev.txt -e .
+	touch $@

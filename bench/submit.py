@@ -1,0 +1,88 @@
+"""Submit latency through the adapter against raw `sbatch --wrap true` in the
+same run, submit-to-RUNNING, and sacct parsing speed.
+
+Run by hand on a machine with the dev cluster up:  .venv/bin/python bench/submit.py
+"""
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from slurm.client import SlurmClient  # noqa: E402
+from slurm.jobspec import JobSpec, SlurmSite  # noqa: E402
+from slurm.records import parse_sacct  # noqa: E402
+from slurm.script import render_batch_script  # noqa: E402
+
+ROUNDS = 30
+
+
+def raw_sbatch(out_dir: str) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(["sbatch", "--parsable", "-A", "dev", "-p", "cpu", "-o", f"{out_dir}/raw-%j",
+                    "--wrap", "true"], check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def adapter_submit(client: SlurmClient, spec: JobSpec, site: SlurmSite) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    job = client.submit(render_batch_script(spec, site))
+    return time.perf_counter() - t0, job
+
+
+def until_running(job: str, t_submitted: float) -> float:
+    # squeue alone (about 4 ms), so the poll does not blur what it measures.
+    while True:
+        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
+                               text=True).stdout.strip()
+        if state != "PENDING":
+            return time.perf_counter() - t_submitted
+        time.sleep(0.01)
+
+
+def sacct_lines(n: int) -> str:
+    return "".join(f"{i}|COMPLETED|0:0|1796059887|1796059899|12|node[1-2]|None\n"
+                   for i in range(1, n + 1))
+
+
+def main() -> None:
+    client, site = SlurmClient(), SlurmSite()
+    with tempfile.TemporaryDirectory(dir="/var/lib/div-dev") as tmp:
+        for d in ("state", "org"):
+            Path(tmp, d).mkdir()
+        spec = JobSpec(run_name="run-bench", account="dev", gpu_type="cpu", gpus=1, cpus=1,
+                       memory_gib=1, command="true", state_dir=f"{tmp}/state",
+                       volumes_dir=f"{tmp}/org")
+        raw, ours, to_running = [], [], []
+        for _ in range(ROUNDS):  # interleaved, so both see the same cluster load
+            raw.append(raw_sbatch(tmp))
+            ours.append(adapter_submit(client, spec, site)[0])
+        time.sleep(2)
+        for _ in range(ROUNDS // 2):  # one at a time, onto an idle cluster
+            seconds, job = adapter_submit(client, spec, site)
+            to_running.append(until_running(job, time.perf_counter() - seconds))
+            time.sleep(0.3)
+        subprocess.run(["scancel", "-u", "root", "-n", "div-run-bench,wrap"], check=False)
+
+    text = sacct_lines(10_000)
+    parse_times = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        records = parse_sacct(text)
+        parse_times.append(time.perf_counter() - t0)
+    assert len(records) == 10_000
+
+    raw_ms, ours_ms = statistics.median(raw) * 1e3, statistics.median(ours) * 1e3
+    print(f"raw sbatch --wrap true  median {raw_ms:7.1f} ms  ({ROUNDS} submits)")
+    print(f"adapter submit          median {ours_ms:7.1f} ms  ratio {ours_ms / raw_ms:.2f}x (target <= 1.2x)")
+    print(f"submit -> RUNNING       median {statistics.median(to_running) * 1e3:7.1f} ms")
+    print(f"parse 10,000 sacct rows median {statistics.median(parse_times) * 1e3:7.1f} ms (target < 100 ms)")
+
+
+if __name__ == "__main__":
+    main()
