@@ -11,8 +11,7 @@ from app.extensions import db, migrate
 
 
 def create_app(test_config: dict | None = None) -> Flask:
-    app = Flask(__name__, instance_relative_config=True,
-                template_folder="../templates")
+    app = Flask(__name__, instance_relative_config=True)
     app.config.from_object(Config)
     if test_config:
         app.config.update(test_config)

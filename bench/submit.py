@@ -57,7 +57,7 @@ def main() -> None:
             Path(tmp, d).mkdir()
         spec = JobSpec(run_name="run-bench", account="dev", gpu_type="cpu", gpus=1, cpus=1,
                        memory_gib=1, command="true", state_dir=f"{tmp}/state",
-                       volumes_dir=f"{tmp}/org")
+                       volumes_dir=f"{tmp}/org", project="bench")
         raw, ours, to_running = [], [], []
         for _ in range(ROUNDS):  # interleaved, so both see the same cluster load
             raw.append(raw_sbatch(tmp))

@@ -65,12 +65,12 @@ class JobSpec:
     # /mnt/<volume> when the run starts, so a volume made while the run
     # queues is there too.
     volumes_dir: str
+    project: str
     image: str = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime"
     time_limit_minutes: int | None = None
     env: dict[str, str] = field(default_factory=dict)
     # The uploaded code; None (--no-upload) leaves /workspace empty.
     code_dir: str | None = None
-    project: str = ""
 
     def __post_init__(self):
         validate(self)
@@ -98,8 +98,7 @@ def validate(spec: JobSpec) -> None:
     _check(ACCOUNT_NAME, spec.account, "account")
     _check(IMAGE_REF, spec.image, "image")
     _check(STATE_PATH, spec.state_dir, "state folder")
-    if spec.project:
-        _check(RUN_NAME, spec.project, "project")
+    _check(RUN_NAME, spec.project, "project")
     if spec.gpu_type not in (*GPU_TYPES, CPU):
         raise InvalidJobSpec(f"invalid gpu type: {spec.gpu_type!r}")
     if spec.gpus < 1:
