@@ -1,0 +1,142 @@
+"""Parsing and checking `div run`'s flags and entrypoint, before anything is
+uploaded. Each parser raises click.BadParameter, which click turns into exit
+2 with a message naming the flag and what is allowed."""
+from __future__ import annotations
+
+import re
+import shlex
+from decimal import Decimal
+
+import click
+
+GPU_TYPES = ("b300", "h200", "h100", "l40s", "cpu")
+MAX_CORES_PER_NODE = 64
+MAX_GIB_PER_NODE = 336
+GPUS_PER_NODE = 8
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+MEMORY = re.compile(r"^(\d+)(G|GiB)?$")
+USD = re.compile(r"^\$?(\d+(?:\.\d{1,2})?)$")
+CHECK = re.compile(r"^([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)(>=|<=|==|!=|>|<)(.+)$")
+NUMBER = re.compile(r"^-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
+PY_FILE = re.compile(r"^((?:[A-Za-z_]\w*/)*[A-Za-z_]\w*)\.py$")
+
+
+def parse_memory(text: str) -> int:
+    """Whole GiB: 64, 64G or 64GiB; at least 1, at most a node's 336."""
+    match = MEMORY.fullmatch(text.strip())
+    if not match:
+        raise click.BadParameter(f"{text!r} is not whole GiB: use 64, 64G or 64GiB (at least 1 GiB)")
+    gib = int(match.group(1))
+    if gib < 1:
+        raise click.BadParameter("memory must be at least 1 GiB")
+    return gib
+
+
+def parse_usd(text: str) -> int:
+    """Dollars (5, 5.00 or $5) as integer micro-dollars: never a float."""
+    match = USD.fullmatch(text.strip())
+    if not match:
+        raise click.BadParameter(f"{text!r} is not an amount in dollars: use 5, 5.00 or $5")
+    micros = int(Decimal(match.group(1)) * 1_000_000)
+    if micros <= 0:
+        raise click.BadParameter("the spend limit must be more than $0")
+    return micros
+
+
+def nodes_for(gpu: str, gpus: int) -> int:
+    return 1 if gpu == "cpu" else -(-gpus // GPUS_PER_NODE)
+
+
+def check_hardware(gpu: str, gpus: int, cpus: int, memory_gib: int) -> None:
+    """Whole nodes above 8 GPUs; cores and GiB within what the nodes have."""
+    if gpus < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--gpus")
+    if gpu != "cpu" and gpus > GPUS_PER_NODE and gpus % GPUS_PER_NODE:
+        raise click.BadParameter(
+            f"more than {GPUS_PER_NODE} GPUs come in whole nodes of {GPUS_PER_NODE}: 16, 24, 32, ...",
+            param_hint="--gpus")
+    nodes = nodes_for(gpu, gpus)
+    if not 1 <= cpus <= MAX_CORES_PER_NODE * nodes:
+        raise click.BadParameter(f"at most {MAX_CORES_PER_NODE} cores a node "
+                                 f"({MAX_CORES_PER_NODE * nodes} for this run), at least 1",
+                                 param_hint="--cpu")
+    if memory_gib > MAX_GIB_PER_NODE * nodes:
+        raise click.BadParameter(f"at most {MAX_GIB_PER_NODE} GiB a node "
+                                 f"({MAX_GIB_PER_NODE * nodes} GiB for this run)",
+                                 param_hint="--memory")
+
+
+def parse_env(items: tuple[str, ...]) -> dict[str, str]:
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not ENV_KEY.fullmatch(key):
+            raise click.BadParameter(
+                f"{item!r} is not KEY=value (KEY: letters, digits and _, not starting with a digit)",
+                param_hint="--env")
+        env[key] = value
+    return env
+
+
+def parse_check(text: str) -> dict:
+    """`<path><operator><value>`, as the docs' Check syntax."""
+    match = CHECK.fullmatch(text.strip())
+    if not match:
+        raise click.BadParameter(
+            f"{text!r} is not <path><operator><value>, such as metrics.accuracy>=0.8 "
+            "(operators >=, <=, >, <, ==, !=)", param_hint="--check")
+    path, op, raw = match.groups()
+    if NUMBER.fullmatch(raw):
+        value: object = Decimal(raw)
+    elif raw in ("true", "false"):
+        value = raw == "true"
+    else:
+        value = raw
+    if op in (">", "<", ">=", "<=") and not isinstance(value, Decimal):
+        raise click.BadParameter(f"{text!r}: {op} needs a number", param_hint="--check")
+    return {"check": text.strip(), "path": path, "op": op, "value": value}
+
+
+def parse_name(text: str, flag: str) -> str:
+    if not NAME.fullmatch(text):
+        raise click.BadParameter(
+            f"{text!r}: use lowercase letters, digits and -, 1 to 63 characters", param_hint=flag)
+    return text
+
+
+def safe_project_name(folder_name: str) -> str:
+    """The folder's name made safe: lowercase, runs of other characters to -."""
+    name = re.sub(r"[^a-z0-9]+", "-", folder_name.lower()).strip("-")[:63].rstrip("-")
+    if not name:
+        raise click.BadParameter(f"the folder name {folder_name!r} makes no project name",
+                                 param_hint="--project")
+    return name
+
+
+def command_for(words: tuple[str, ...], after_dashes: bool) -> str:
+    """What the run executes, by the docs' Entrypoints table. After `--` the
+    command is passed unchanged: one word as the shell string it is, several
+    quoted so that the run sees the same argv."""
+    if not words:
+        raise click.UsageError("say what to run: div run train.py::run, or div run -- <command>")
+    if after_dashes:
+        return words[0] if len(words) == 1 else shlex.join(words)
+    if len(words) > 1:
+        raise click.UsageError(f"one entrypoint, or a command after --: got {' '.join(words)!r}")
+    text = words[0]
+    if " " in text or not text:
+        return text
+    file, sep, function = text.partition("::")
+    match = PY_FILE.fullmatch(file)
+    if sep:
+        if not match or not function.isidentifier():
+            raise click.BadParameter(
+                f"{text!r}: use path/to/file.py::function, with Python names",
+                param_hint="entrypoint")
+        module = match.group(1).replace("/", ".")
+        return f"python -u -c {shlex.quote(f'from {module} import {function}; {function}()')}"
+    if match:
+        return f"python -u {shlex.quote(file)}"
+    return text
