@@ -14,6 +14,9 @@ MAX_CORES_PER_NODE = 64
 MAX_GIB_PER_NODE = 336
 GPUS_PER_NODE = 8
 
+# The server checks every value again (slurm.jobspec); these copies exist so
+# the CLI, which talks HTTP only and imports nothing of the server's, can
+# refuse a bad flag before uploading anything.
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 MEMORY = re.compile(r"^(\d+)(G|GiB)?$")

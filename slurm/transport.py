@@ -23,12 +23,9 @@ class TransportError(RuntimeError):
 
 
 class LocalTransport:
-    def __init__(self, env: dict[str, str] | None = None):
-        self.env = env
-
     def run(self, argv: list[str], stdin: str | None = None,
             env: dict[str, str] | None = None) -> CommandResult:
-        full_env = {**os.environ, **(self.env or {}), **(env or {})}
+        full_env = {**os.environ, **(env or {})}
         try:
             done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
                                   env=full_env, timeout=60)
