@@ -10,14 +10,14 @@ export FLASK_APP := wsgi.py
 
 up: $(VENV)/.installed cluster
 	$(BIN)/flask db upgrade
-	scripts/server start
+	scripts/services start
 	$(BIN)/flask dev-bootstrap --env-file .div-dev.env
 
 test: $(VENV)/.installed cluster postgres test-tools
 	$(BIN)/pytest
 
 down:
-	-scripts/server stop
+	-scripts/services stop
 	slurm/dev/down
 
 cluster:

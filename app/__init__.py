@@ -19,6 +19,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     if app.config["SQLALCHEMY_DATABASE_URI"] is None:
         app.config["SQLALCHEMY_DATABASE_URI"] = (
             "sqlite:///" + os.path.join(app.instance_path, "divergent.db"))
+    if app.config["DIV_DATA_DIR"] is None:
+        app.config["DIV_DATA_DIR"] = os.path.join(app.instance_path, "data")
 
     db.init_app(app)
     migrate.init_app(app, db, directory=os.path.join(os.path.dirname(__file__), "..", "migrations"))
@@ -27,6 +29,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     from app.api import bp as api_bp
     app.register_blueprint(api_bp, url_prefix="/api/v1")
 
-    from app.commands import dev_bootstrap
-    app.cli.add_command(dev_bootstrap)
+    from app.commands import commands
+    for command in commands:
+        app.cli.add_command(command)
     return app

@@ -1,12 +1,16 @@
-"""Admin commands (`flask …`)."""
+"""Admin commands (`flask …`): bootstrap orgs, users and keys; the reconciler."""
 from __future__ import annotations
 
+import logging
 import os
 
 import click
+from flask import current_app
 
+from app.extensions import db
+from app.models import Org, User
 from app.services.keys import create_key, user_for_key
-from app.services.orgs import get_or_create_org, get_or_create_user
+from app.services.orgs import InvalidName, get_or_create_org, get_or_create_user
 
 
 @click.command("dev-bootstrap")
@@ -27,6 +31,7 @@ def dev_bootstrap(env_file: str, api_url: str) -> None:
         f.write(f"DIV_API_URL={api_url}\nDIV_TOKEN={key}\n")
     click.echo(f"API key for dev@dev: {key}")
     click.echo(f"written to {env_file}")
+    click.echo(f"sign the CLI in:  .venv/bin/div login --api-url {api_url} --token {key}")
 
 
 def _working_key(env_file: str) -> str | None:
@@ -36,3 +41,58 @@ def _working_key(env_file: str) -> str | None:
         values = dict(line.strip().split("=", 1) for line in f if "=" in line)
     key = values.get("DIV_TOKEN", "")
     return key if key and user_for_key(key) else None
+
+
+@click.command("create-org")
+@click.argument("name")
+def create_org(name: str) -> None:
+    """Create an org (its Slurm account is made on its first run)."""
+    try:
+        org = get_or_create_org(name)
+    except InvalidName as exc:
+        raise click.BadParameter(str(exc), param_hint="NAME") from None
+    click.echo(f"org {org.name}")
+
+
+@click.command("create-user")
+@click.argument("org_name")
+@click.argument("username")
+@click.option("--role", type=click.Choice(["member", "org_admin", "site_admin"]),
+              default="member", show_default=True)
+def create_user(org_name: str, username: str, role: str) -> None:
+    """Create a user in an existing org."""
+    org = db.session.execute(db.select(Org).filter_by(name=org_name)).scalar_one_or_none()
+    if org is None:
+        raise click.BadParameter(f"no org named {org_name!r}", param_hint="ORG_NAME")
+    user = get_or_create_user(org, username, role=role)
+    if user.org_id != org.id:
+        raise click.BadParameter(f"{username!r} belongs to another org", param_hint="USERNAME")
+    click.echo(f"user {user.username} in {org.name} ({user.role})")
+
+
+@click.command("create-key")
+@click.argument("username")
+@click.option("--name", default="", help="A label for the key.")
+def create_key_command(username: str, name: str) -> None:
+    """Create an API key for a user and print it (the only time it is shown)."""
+    user = db.session.execute(db.select(User).filter_by(username=username)).scalar_one_or_none()
+    if user is None:
+        raise click.BadParameter(f"no user named {username!r}", param_hint="USERNAME")
+    click.echo(create_key(user, name=name))
+
+
+@click.command("reconcile")
+@click.option("--interval", type=float, default=None,
+              help="Seconds between cycles (default: DIV_RECONCILE_INTERVAL, 1).")
+@click.option("--once", is_flag=True, help="Run one cycle and exit.")
+def reconcile(interval: float | None, once: bool) -> None:
+    """Follow Slurm and settle runs, until stopped."""
+    from app.reconciler import reconcile_once, run_forever
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if once:
+        click.echo(f"{reconcile_once()} runs changed")
+        return
+    run_forever(interval or current_app.config["DIV_RECONCILE_INTERVAL"])
+
+
+commands = [dev_bootstrap, create_org, create_user, create_key_command, reconcile]

@@ -17,3 +17,9 @@ class Config:
     # None: SQLite under instance/, decided in create_app once the path is known.
     SQLALCHEMY_DATABASE_URI = _database_url()
     SQLALCHEMY_ENGINE_OPTIONS = {"pool_pre_ping": True}
+    # Where bytes live (None: instance/data): share/<org>/<volume> holds the
+    # volumes, runs/<org>/<run> each run's state folder, blobs/<org> the
+    # uploaded code by hash. Every node of the cluster must see the same path.
+    DIV_DATA_DIR = os.environ.get("DIV_DATA_DIR")
+    # Seconds between the reconciler's Slurm queries.
+    DIV_RECONCILE_INTERVAL = float(os.environ.get("DIV_RECONCILE_INTERVAL", "1.0"))

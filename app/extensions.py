@@ -1,7 +1,10 @@
 """Extensions created once, bound to an app in create_app()."""
+import sqlite3
+
 from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, event
+from sqlalchemy.engine import Engine
 
 # Named constraints, so migrations are the same on SQLite and PostgreSQL.
 NAMING = {
@@ -14,3 +17,15 @@ NAMING = {
 
 db = SQLAlchemy(metadata=MetaData(naming_convention=NAMING))
 migrate = Migrate(render_as_batch=True)
+
+
+@event.listens_for(Engine, "connect")
+def _sqlite_for_many_processes(dbapi_connection, _record):
+    """The server's threads, the reconciler and log followers share one SQLite
+    file: WAL lets readers go on while one writes, and a writer waits for
+    another instead of failing at once."""
+    if isinstance(dbapi_connection, sqlite3.Connection):
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.close()

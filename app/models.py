@@ -108,6 +108,8 @@ class Run(db.Model):
     status: Mapped[str] = mapped_column(sa.String(16), default="queued")
     slurm_job_id: Mapped[str | None] = mapped_column(sa.String(32))
     pending_reason: Mapped[str | None] = mapped_column(sa.String(64))
+    # Slurm's final state (COMPLETED, OUT_OF_MEMORY, ...): says why a run failed.
+    slurm_state: Mapped[str | None] = mapped_column(sa.String(32))
     # Why we cancelled it ourselves (budget_exceeded, limit_reached), if we did.
     stopped_for: Mapped[str | None] = mapped_column(sa.String(16))
 
@@ -135,6 +137,8 @@ class Run(db.Model):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
+    project = relationship("Project")
+
     __table_args__ = (
         sa.UniqueConstraint("org_id", "name"),
         sa.CheckConstraint(sa.column("status").in_(RUN_STATUSES), name="status"),
@@ -143,3 +147,12 @@ class Run(db.Model):
         # The reconciler: every live run of every org.
         sa.Index("ix_run_status", "status"),
     )
+
+
+class Lease(db.Model):
+    """A named lock with an expiry, so that of several reconcilers exactly one
+    acts (app/services/leases.py); works the same on SQLite and PostgreSQL."""
+
+    name: Mapped[str] = mapped_column(sa.String(32), primary_key=True)
+    holder: Mapped[str] = mapped_column(sa.String(64))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -58,3 +58,11 @@ def format_minutes(minutes: int) -> str:
     if days:
         return f"{days}d {hours}h"
     return f"{hours}h {mins}m" if hours else f"{mins}m"
+
+
+def usd_text(micros: int) -> str:
+    """Exact dollars for JSON, as a string so no client reads it as a float:
+    "4.80", "0.1255"."""
+    whole, frac = divmod(micros, MICROS)
+    digits = f"{frac:06d}".rstrip("0")
+    return f"{whole}.{digits.ljust(2, '0')}"

@@ -1,0 +1,33 @@
+"""Code upload: a manifest in, the missing blobs named, the blobs sent."""
+from __future__ import annotations
+
+from flask import g, jsonify, request
+
+from app.api import bp
+from app.api.auth import token_required
+from app.services.code import MissingBlobs, lay_out_tree, parse_manifest, store_blob
+from app.services.errors import Invalid
+from app.services.volumes import check_volume_name
+
+
+@bp.post("/code/trees")
+@token_required
+def code_tree():
+    """Lays out the manifest's tree in the volume, or names the blobs to send first."""
+    body = request.get_json(silent=True) or {}
+    volume = check_volume_name(body.get("volume"))
+    entries = parse_manifest(body.get("files"))
+    try:
+        tree = lay_out_tree(g.user.org, volume, entries)
+    except MissingBlobs as exc:
+        return jsonify(missing=exc.missing)
+    return jsonify(ref=tree.ref, files=tree.files, bytes=tree.bytes)
+
+
+@bp.put("/code/blobs/<sha>")
+@token_required
+def code_blob(sha: str):
+    if request.content_length is None:
+        raise Invalid("send the blob with a Content-Length")
+    store_blob(g.user.org, sha, request.stream, request.content_length)
+    return jsonify(stored=sha), 201

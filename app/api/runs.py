@@ -1,0 +1,82 @@
+"""Runs: create, get, list, stop, and the log as an NDJSON stream."""
+from __future__ import annotations
+
+import json
+
+from flask import Response, g, jsonify, request, stream_with_context
+
+from app.api import bp
+from app.api.auth import token_required
+from app.extensions import db
+from app.models import Run
+from app.services.logs import STREAMS, log_events
+from app.services.run_text import header_line, summary_line, waiting_text
+from app.services.runs import (LIVE, create_run, find_run, list_runs, parse_request, run_dir,
+                               run_json, stop_run)
+
+
+@bp.post("/runs")
+@token_required
+def runs_create():
+    run = create_run(g.user, parse_request(request.get_json(silent=True)))
+    return jsonify(run=run_json(run), header=header_line(run)), 201
+
+
+@bp.get("/runs")
+@token_required
+def runs_list():
+    runs = list_runs(g.user.org, limit=request.args.get("limit", 20, type=int),
+                     project=request.args.get("project"))
+    return jsonify(runs=[run_json(run) for run in runs])
+
+
+@bp.get("/runs/<name>")
+@token_required
+def runs_get(name: str):
+    run = find_run(g.user.org, name)
+    return jsonify(run=run_json(run), summary=summary_line(run))
+
+
+@bp.post("/runs/<name>/stop")
+@token_required
+def runs_stop(name: str):
+    run = find_run(g.user.org, name)
+    stopping = stop_run(run)
+    return jsonify(run=run_json(run), stopping=stopping)
+
+
+@bp.get("/runs/<name>/logs")
+@token_required
+def runs_logs(name: str):
+    """NDJSON events (app/services/logs.py). ?stdout=&stderr= are the byte
+    offsets to start from; ?follow=1 streams until the run ends."""
+    run = find_run(g.user.org, name)
+    run_id, state = run.id, run_dir(g.user.org, run.name)
+    offsets = {s: request.args.get(s, 0, type=int) for s in STREAMS}
+    follow = request.args.get("follow", "") in ("1", "true")
+
+    def fresh_run() -> Run:
+        # A new transaction each time: the reconciler's commits show, and no
+        # transaction stays open for the life of the stream.
+        db.session.rollback()
+        return db.session.get(Run, run_id)
+
+    def poll_run():
+        current = fresh_run()
+        event = {"event": "status", "status": current.status, "waiting": waiting_text(current)}
+        ended = current.status not in LIVE
+        db.session.rollback()
+        return ended, event
+
+    def end_event():
+        current = fresh_run()
+        event = {"event": "end", "run": run_json(current), "summary": summary_line(current)}
+        db.session.rollback()
+        return event
+
+    def lines():
+        for event in log_events(state, offsets, follow, poll_run, end_event):
+            yield json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+    return Response(stream_with_context(lines()), mimetype="application/x-ndjson",
+                    headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})

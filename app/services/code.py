@@ -1,0 +1,172 @@
+"""Code uploads, content-addressed (DESIGN.md "A run, end to end"): the CLI
+sends a manifest of (path, sha256, size, mode); the server answers which
+blobs its org lacks; once it has them all, the tree is laid out in a volume
+at code/<hash8>, named by the hash of the manifest. Unchanged code sends no
+bytes and reuses the tree already laid out."""
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import re
+import secrets
+import shutil
+from dataclasses import dataclass
+
+from app.models import Org
+from app.services.errors import Invalid
+from app.services.volumes import data_path, ensure_volume
+
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+MAX_FILE_BYTES = 256 * 1000 * 1000   # the docs' per-file upload limit
+MAX_FILES = 100_000
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    sha256: str
+    size: int
+    executable: bool
+
+
+@dataclass(frozen=True)
+class Tree:
+    ref: str        # <volume>/code/<hash8>
+    path: str       # the folder on the share
+    files: int
+    bytes: int
+
+
+class MissingBlobs(Exception):
+    def __init__(self, missing: list[str]):
+        super().__init__(f"{len(missing)} blobs missing")
+        self.missing = missing
+
+
+def _check_path(path: object) -> str:
+    if (not isinstance(path, str) or not path or "\0" in path or path.startswith("/")
+            or "\\" in path or posixpath.normpath(path) != path
+            or any(part in ("", ".", "..") for part in path.split("/"))):
+        raise Invalid(f"invalid file path in the manifest: {path!r}")
+    return path
+
+
+def parse_manifest(files: object) -> list[FileEntry]:
+    if not isinstance(files, list) or not files:
+        raise Invalid("the manifest lists no files")
+    if len(files) > MAX_FILES:
+        raise Invalid(f"at most {MAX_FILES} files a run")
+    entries, seen = [], set()
+    for item in files:
+        if not isinstance(item, dict):
+            raise Invalid("each manifest entry is an object with path, sha256, size, executable")
+        path = _check_path(item.get("path"))
+        sha, size = item.get("sha256"), item.get("size")
+        if not isinstance(sha, str) or not SHA256.fullmatch(sha):
+            raise Invalid(f"{path}: sha256 must be 64 lowercase hex digits")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_FILE_BYTES:
+            raise Invalid(f"{path}: size must be 0 to {MAX_FILE_BYTES} bytes")
+        if path in seen:
+            raise Invalid(f"{path} is listed twice")
+        seen.add(path)
+        entries.append(FileEntry(path, sha, size, bool(item.get("executable"))))
+    # A file and a folder of the same name cannot both exist.
+    folders = {posixpath.dirname(e.path) for e in entries}
+    for folder in list(folders):
+        while folder:
+            if folder in seen:
+                raise Invalid(f"{folder} is both a file and a folder")
+            folder = posixpath.dirname(folder)
+    return sorted(entries, key=lambda e: e.path)
+
+
+def tree_hash(entries: list[FileEntry]) -> str:
+    digest = hashlib.sha256()
+    for e in entries:
+        digest.update(f"{'x' if e.executable else '-'} {e.sha256} {e.size} {e.path}\n".encode())
+    return digest.hexdigest()
+
+
+def _blob_path(org: Org, sha: str) -> str:
+    return data_path("blobs", org.name, sha[:2], sha)
+
+
+def missing_blobs(org: Org, entries: list[FileEntry]) -> list[str]:
+    return sorted({e.sha256 for e in entries if not os.path.exists(_blob_path(org, e.sha256))})
+
+
+def store_blob(org: Org, sha: str, stream, length: int | None) -> None:
+    """Writes a blob under a temporary name, checks its hash, then renames it:
+    a half-sent blob is never taken for a whole one."""
+    if not SHA256.fullmatch(sha):
+        raise Invalid("a blob is named by its sha256: 64 lowercase hex digits")
+    if length is not None and length > MAX_FILE_BYTES:
+        raise Invalid(f"a file may be at most {MAX_FILE_BYTES // 1_000_000} MB")
+    final = _blob_path(org, sha)
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    temp = f"{final}.{secrets.token_hex(4)}.part"
+    digest, size = hashlib.sha256(), 0
+    try:
+        with open(temp, "wb") as out:
+            while chunk := stream.read(CHUNK):
+                size += len(chunk)
+                if size > MAX_FILE_BYTES:
+                    raise Invalid(f"a file may be at most {MAX_FILE_BYTES // 1_000_000} MB")
+                digest.update(chunk)
+                out.write(chunk)
+        if digest.hexdigest() != sha:
+            raise Invalid("the blob's bytes do not match its sha256")
+        os.replace(temp, final)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
+
+
+def lay_out_tree(org: Org, volume: str, entries: list[FileEntry]) -> Tree:
+    """The tree at <volume>/code/<hash8>, laid out once from the org's blobs.
+    Raises MissingBlobs when the server lacks some."""
+    missing = missing_blobs(org, entries)
+    if missing:
+        raise MissingBlobs(missing)
+    full = tree_hash(entries)
+    code = os.path.join(ensure_volume(org, volume), "code")
+    os.makedirs(code, exist_ok=True)
+    name = _tree_name(code, full)
+    target = os.path.join(code, name)
+    if not os.path.isdir(target):
+        _build(org, entries, code, target, full)
+    return Tree(f"{volume}/code/{name}", target, len(entries), sum(e.size for e in entries))
+
+
+def _tree_name(code: str, full: str) -> str:
+    """hash8, longer in the rare case another tree already has that name.
+    The full hash of each tree is kept beside it in .<name>.tree."""
+    for length in range(8, 65, 4):
+        marker = os.path.join(code, f".{full[:length]}.tree")
+        if not os.path.exists(marker):
+            return full[:length]
+        with open(marker) as f:
+            if f.read().strip() == full:
+                return full[:length]
+    raise AssertionError("unreachable: the full hash names its tree")
+
+
+def _build(org: Org, entries: list[FileEntry], code: str, target: str, full: str) -> None:
+    temp = os.path.join(code, f".tmp-{full[:8]}-{secrets.token_hex(4)}")
+    try:
+        for e in entries:
+            dest = os.path.join(temp, e.path)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            shutil.copyfile(_blob_path(org, e.sha256), dest)
+            os.chmod(dest, 0o755 if e.executable else 0o644)
+        with open(os.path.join(code, f".{os.path.basename(target)}.tree"), "w") as f:
+            f.write(full + "\n")
+        try:
+            os.rename(temp, target)
+        except OSError:
+            if not os.path.isdir(target):   # else another request laid it out first
+                raise
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)

@@ -1,0 +1,33 @@
+"""Domain errors the services raise; app/api maps each to one JSON response.
+The message is for the user: the CLI prints it as it is."""
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    status = 400
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class Invalid(ServiceError):
+    """A request value the server will not accept."""
+
+
+class NotFound(ServiceError):
+    status = 404
+
+
+class Conflict(ServiceError):
+    status = 409
+
+
+class Refused(ServiceError):
+    """Slurm will not run it as asked."""
+    status = 422
+
+
+class Unavailable(ServiceError):
+    """Slurm or the share did not answer; trying again later may work."""
+    status = 503

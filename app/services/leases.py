@@ -1,0 +1,37 @@
+"""Named leases: a lock held until it expires unless its holder renews it.
+One UPDATE decides who holds it, which is atomic on SQLite and PostgreSQL
+alike, so no advisory-lock dialect is needed."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+
+from app.extensions import db
+from app.models import Lease, utcnow
+
+
+def acquire(name: str, holder: str, ttl_seconds: float) -> bool:
+    """Takes or renews the lease; False while another holder's is unexpired."""
+    now = utcnow()
+    expires = now + timedelta(seconds=ttl_seconds)
+    taken = db.session.execute(
+        sa.update(Lease)
+        .where(Lease.name == name, sa.or_(Lease.holder == holder, Lease.expires_at < now))
+        .values(holder=holder, expires_at=expires)).rowcount
+    if taken:
+        db.session.commit()
+        return True
+    try:
+        db.session.add(Lease(name=name, holder=holder, expires_at=expires))
+        db.session.commit()
+        return True
+    except IntegrityError:
+        db.session.rollback()
+        return False
+
+
+def release(name: str, holder: str) -> None:
+    db.session.execute(sa.delete(Lease).where(Lease.name == name, Lease.holder == holder))
+    db.session.commit()

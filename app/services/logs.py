@@ -1,0 +1,86 @@
+"""A run's log as events with byte offsets (DESIGN.md "Logs"): stdout and
+stderr are separate files in the run's state folder; each event carries the
+offset of its first byte in its file, so a client that reconnects with the
+offsets it has loses nothing and gets nothing twice.
+
+  {"stream": "stdout", "offset": 0, "data": "text"}      (valid UTF-8)
+  {"stream": "stdout", "offset": 4, "b64": "..."}        (any other bytes)
+  {"event": "status", "status": "queued", "waiting": "behind other jobs"}
+  {"event": "end", "run": {...}, "summary": "run-k4t9 finished in ..."}
+"""
+from __future__ import annotations
+
+import base64
+import os
+import time
+from collections.abc import Callable, Iterator
+
+STREAMS = ("stdout", "stderr")
+CHUNK = 256 * 1024
+POLL_SECONDS = 0.05        # how often a follower looks for new bytes
+STATUS_SECONDS = 0.5       # how often it rereads the run's status
+HEARTBEAT_SECONDS = 5.0    # an event at least this often, so dead peers show
+
+
+def _utf8_prefix(data: bytes) -> int:
+    """Length of `data` without a trailing incomplete UTF-8 character."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:        # a lead byte or ASCII
+            need = 1 if byte < 0x80 else 2 if byte >> 5 == 6 else 3 if byte >> 4 == 14 else 4
+            return len(data) if back >= need else len(data) - back
+    return len(data)
+
+
+def chunk_event(stream: str, offset: int, data: bytes) -> dict:
+    try:
+        return {"stream": stream, "offset": offset, "data": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"stream": stream, "offset": offset, "b64": base64.b64encode(data).decode()}
+
+
+def read_new(path: str, offset: int, final: bool) -> bytes:
+    """Up to CHUNK bytes from `offset`; while the run may still write, a
+    character cut in half is left for the next read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(CHUNK)
+    except FileNotFoundError:
+        return b""
+    return data if final else data[:_utf8_prefix(data)]
+
+
+def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
+               poll_run: Callable[[], tuple[bool, dict]],
+               end_event: Callable[[], dict]) -> Iterator[dict]:
+    """Events from `offsets` on. `poll_run` says whether the run has ended and
+    gives its status event; without `follow`, stops at the current end."""
+    paths = {s: os.path.join(state_dir, s) for s in STREAMS}
+    offsets = {s: max(0, int(offsets.get(s, 0))) for s in STREAMS}
+    last_status, last_event, next_poll = None, time.monotonic(), 0.0
+    ended = not follow
+    while True:
+        sent = False
+        for stream in STREAMS:
+            data = read_new(paths[stream], offsets[stream], final=ended)
+            if data:
+                yield chunk_event(stream, offsets[stream], data)
+                offsets[stream] += len(data)
+                sent = True
+        if sent:
+            last_event = time.monotonic()
+            continue
+        if ended:
+            yield end_event()
+            return
+        now = time.monotonic()
+        if now >= next_poll:
+            next_poll = now + STATUS_SECONDS
+            # Ended runs get one more read of both files before the end event.
+            ended, status = poll_run()
+            if status != last_status or now - last_event >= HEARTBEAT_SECONDS:
+                last_status, last_event = status, now
+                yield status
+            continue
+        time.sleep(POLL_SECONDS)

@@ -1,0 +1,66 @@
+"""The words a run is shown with, the same in the CLI and the dashboard: its
+hardware, the header line before its log and the last line after it."""
+from __future__ import annotations
+
+from app.models import Run
+from app.services.pricing import PriceTable, format_minutes, format_usd
+from slurm.reasons import explain_pending
+
+
+def format_duration(seconds: int | None) -> str:
+    """12m 40s, 1h 2m 3s, 5s."""
+    hours, rest = divmod(max(0, seconds or 0), 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes}m {secs}s"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
+def hardware(run: Run) -> str:
+    """H100, 8 x H100; cores and memory when above what is included (always,
+    for a cpu run, where they are the hardware): H100, 8 cores, 64 GiB."""
+    if run.gpu_type == "cpu":
+        cores = "core" if run.cpus == 1 else "cores"
+        return f"CPU, {run.cpus} {cores}, {run.memory_gib} GiB"
+    text = run.gpu_type.upper() if run.gpus == 1 else f"{run.gpus} x {run.gpu_type.upper()}"
+    if run.cpus > run.gpus:
+        text += f", {run.cpus} cores"
+    if run.memory_gib > run.gpus * PriceTable.included_gib(run.gpu_type):
+        text += f", {run.memory_gib} GiB"
+    return text
+
+
+def header_line(run: Run) -> str:
+    """run-k4t9 H100 $4.80/h max spend $5.00 (about 1h 2m)"""
+    rate = f"{run.name} {hardware(run)} {format_usd(run.rate_micros_per_hour)}/h"
+    if run.max_spend_micros is None:
+        return f"{rate} no spend limit"
+    return (f"{rate} max spend {format_usd(run.max_spend_micros)} "
+            f"(about {format_minutes(run.time_limit_minutes or 0)})")
+
+
+def waiting_text(run: Run) -> str | None:
+    if run.status != "queued":
+        return None
+    return explain_pending(run.pending_reason or "", hardware(run).split(",")[0])
+
+
+def summary_line(run: Run) -> str | None:
+    """The last line for a run that has ended, by the docs' Output table."""
+    took, spent = format_duration(run.elapsed_seconds), format_usd(run.cost_micros)
+    if run.status == "succeeded":
+        return f"{run.name} finished in {took} and spent {spent}"
+    if run.status == "budget_exceeded":
+        limit = format_usd(run.max_spend_micros) if run.max_spend_micros else "its time limit"
+        return f"{run.name} reached its spend limit of {limit} after {took}"
+    if run.status == "limit_reached":
+        return f"{run.name} reached the org's usage limit after {took} and spent {spent}"
+    if run.status == "canceled":
+        return f"{run.name} was canceled after {took} and spent {spent}"
+    if run.status == "failed":
+        if run.slurm_state == "OUT_OF_MEMORY":
+            return (f"{run.name} ran out of memory ({run.memory_gib} GiB) after {took} "
+                    f"and spent {spent}")
+        code = run.exit_code if run.exit_code is not None else "unknown"
+        return f"{run.name} failed after {took} with exit code {code} and spent {spent}"
+    return None

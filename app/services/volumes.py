@@ -1,0 +1,58 @@
+"""Volumes: folders on the share at <data>/share/<org>/<volume>, one row each.
+Issue 4 adds put/ls/get; here, what runs need: the org's folder, a volume
+made on demand, and the volumes a command names as /mnt/<volume>."""
+from __future__ import annotations
+
+import os
+import re
+
+from flask import current_app
+from sqlalchemy.exc import IntegrityError
+
+from app.extensions import db
+from app.models import Org, Volume
+from app.services.errors import Invalid
+
+# DESIGN.md "Storage": lowercase letters, digits, -, _ and ., 1..63, no leading dot.
+VOLUME_NAME = re.compile(r"^[a-z0-9_-][a-z0-9._-]{0,62}$")
+# A volume named in a command: /mnt/<name> followed by / or the name's end.
+MNT_REFERENCE = re.compile(r"(?<![\w/.-])/mnt/([a-z0-9_-][a-z0-9._-]{0,62})(?![A-Za-z0-9._-])")
+
+
+def data_path(*parts: str) -> str:
+    return os.path.join(current_app.config["DIV_DATA_DIR"], *parts)
+
+
+def org_dir(org: Org) -> str:
+    return data_path("share", org.name)
+
+
+def check_volume_name(name: str) -> str:
+    if not isinstance(name, str) or not VOLUME_NAME.fullmatch(name):
+        raise Invalid(f"invalid volume name {name!r}: use lowercase letters, digits, "
+                      "-, _ and ., 1 to 63 characters, not starting with .")
+    return name
+
+
+def volume_dir(org: Org, name: str) -> str:
+    return os.path.join(org_dir(org), check_volume_name(name))
+
+
+def ensure_volume(org: Org, name: str) -> str:
+    """The volume's folder, made (row and folder) if it does not exist."""
+    path = volume_dir(org, name)
+    os.makedirs(path, exist_ok=True)
+    exists = db.session.execute(
+        db.select(Volume.id).filter_by(org_id=org.id, name=name)).scalar_one_or_none()
+    if exists is None:
+        try:
+            with db.session.begin_nested():
+                db.session.add(Volume(org_id=org.id, name=name))
+        except IntegrityError:
+            pass  # made at the same moment by another request
+    return path
+
+
+def volumes_in_command(command: str) -> list[str]:
+    """Volumes the command names as /mnt/<volume>, in order, once each."""
+    return list(dict.fromkeys(MNT_REFERENCE.findall(command)))
