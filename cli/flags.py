@@ -24,6 +24,8 @@ USD = re.compile(r"^\$?(\d+(?:\.\d{1,2})?)$")
 CHECK = re.compile(r"^([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)(>=|<=|==|!=|>|<)(.+)$")
 NUMBER = re.compile(r"^-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 PY_FILE = re.compile(r"^((?:[A-Za-z_]\w*/)*[A-Za-z_]\w*)\.py$")
+VOLUME = re.compile(r"^[a-z0-9_-][a-z0-9._-]{0,62}$")
+IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
 
 
 def parse_memory(text: str) -> int:
@@ -106,6 +108,21 @@ def parse_name(text: str, flag: str) -> str:
     if not NAME.fullmatch(text):
         raise click.BadParameter(
             f"{text!r}: use lowercase letters, digits and -, 1 to 63 characters", param_hint=flag)
+    return text
+
+
+def parse_volume(text: str) -> str:
+    if not VOLUME.fullmatch(text):
+        raise click.BadParameter(f"{text!r}: use lowercase letters, digits, -, _ and ., "
+                                 "1 to 63 characters, not starting with .", param_hint="--volume")
+    return text
+
+
+def parse_image(text: str) -> str:
+    if not IMAGE.fullmatch(text):
+        raise click.BadParameter(f"{text!r} is not an image reference such as "
+                                 "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime",
+                                 param_hint="--image")
     return text
 
 

@@ -1,8 +1,18 @@
-"""The `div` entry point: one group, one module per noun wired in here."""
+"""The `div` command: one group, one module per noun."""
+from __future__ import annotations
+
 import click
+
+from cli.login import login
+from cli.run import run
+from cli.runs import logs, ls, stop
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="divergent", prog_name="div")
 def cli() -> None:
-    """divergent: run code on your org's GPUs."""
+    """divergent: run code on your organisation's GPUs."""
+
+
+for command in (run, logs, stop, ls, login):
+    cli.add_command(command)

@@ -18,6 +18,9 @@ METRICS_PATH = "/div/metrics.jsonl"
 # then the lost-bytes note and the scratch gone, on any exit.
 NODE_FUNCTIONS = r'''
 div_node() {
+    # The run's own output goes straight to its files, so that srun's own
+    # messages ("task 0: Exited with exit code 3") never mix into the log.
+    exec >>"$div_state/stdout" 2>>"$div_state/stderr"
     eval "$div_bind_paths_decl"
     export NODE_RANK=$SLURM_NODEID
     scratch=$(mktemp -d "$div_scratch_root/div-$DIV_RUN.XXXXXX") || exit 1
@@ -109,7 +112,8 @@ EXEC = {"none": EXEC_NONE, "pyxis": EXEC_PYXIS, "apptainer": EXEC_APPTAINER}
 # run's, and any rank's failure fails it.
 MAIN = r'''
 srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
-    /bin/bash -c "$(declare -f div_node div_is_volume div_cleanup div_exec); div_node"
+    /bin/bash -c "$(declare -f div_node div_is_volume div_cleanup div_exec); div_node" \
+    >>"$div_state/slurm.log" 2>&1
 rc=$?
 rank0=$(cat "$div_state/exit.0" 2>/dev/null || echo "$rc")
 [ "$rank0" != 0 ] && exit "$rank0"
@@ -138,6 +142,9 @@ def sbatch_directives(spec: JobSpec, site: SlurmSite) -> list[str]:
     lines += [
         f"--output={spec.state_dir}/stdout",
         f"--error={spec.state_dir}/stderr",
+        # Each node appends to the same files; truncating would let the batch
+        # step's own writes land over theirs.
+        "--open-mode=append",
         # The server's own environment (its database URL, its keys) must not
         # reach a run: the script sets everything a run sees.
         "--export=NONE",

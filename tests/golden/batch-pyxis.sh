@@ -11,6 +11,7 @@
 #SBATCH --time=62
 #SBATCH --output=/srv/div/runs/acme/run-k4t9/stdout
 #SBATCH --error=/srv/div/runs/acme/run-k4t9/stderr
+#SBATCH --open-mode=append
 #SBATCH --export=NONE
 
 set -u
@@ -33,6 +34,9 @@ export div_bind_paths_decl='div_bind_paths=(/opt/conda)'
 : >>"$div_state/metrics.jsonl"
 
 div_node() {
+    # The run's own output goes straight to its files, so that srun's own
+    # messages ("task 0: Exited with exit code 3") never mix into the log.
+    exec >>"$div_state/stdout" 2>>"$div_state/stderr"
     eval "$div_bind_paths_decl"
     export NODE_RANK=$SLURM_NODEID
     scratch=$(mktemp -d "$div_scratch_root/div-$DIV_RUN.XXXXXX") || exit 1
@@ -84,7 +88,8 @@ div_exec() {
 }
 
 srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
-    /bin/bash -c "$(declare -f div_node div_is_volume div_cleanup div_exec); div_node"
+    /bin/bash -c "$(declare -f div_node div_is_volume div_cleanup div_exec); div_node" \
+    >>"$div_state/slurm.log" 2>&1
 rc=$?
 rank0=$(cat "$div_state/exit.0" 2>/dev/null || echo "$rc")
 [ "$rank0" != 0 ] && exit "$rank0"

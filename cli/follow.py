@@ -1,0 +1,83 @@
+"""Following a run's log: the stream's bytes to our own stdout and stderr,
+unchanged; why the run waits, on a terminal, in one line updated in place;
+and, when the connection drops, a reconnect from the byte offsets already
+written, so nothing is lost or printed twice."""
+from __future__ import annotations
+
+import base64
+import sys
+import time
+
+import click
+
+from cli.api import ApiClient, ApiUnreachable
+
+# How long to keep trying when the API goes away mid-run (a server restart).
+RECONNECT_SECONDS = 300
+
+
+class WaitingLine:
+    """`run-k4t9 queued: waiting for 8 x H100` on stderr, rewritten in place;
+    only on a terminal, so logs and cron mail never see it."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.shown = False
+
+    def show(self, text: str) -> None:
+        if self.enabled:
+            sys.stderr.write(f"\r\033[K{text}")
+            sys.stderr.flush()
+            self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.shown = False
+
+
+def _write(outputs: dict, offsets: dict, event: dict) -> None:
+    stream = event["stream"]
+    data = base64.b64decode(event["b64"]) if "b64" in event else event["data"].encode("utf-8")
+    # After a reconnect the server starts where we asked; never write a byte twice.
+    skip = offsets[stream] - event["offset"]
+    if skip > 0:
+        data = data[skip:]
+    if data:
+        outputs[stream].write(data)
+        outputs[stream].flush()
+        offsets[stream] = event["offset"] + max(skip, 0) + len(data)
+
+
+def follow(api: ApiClient, name: str, follow_to_end: bool = True) -> dict | None:
+    """Writes the run's log and returns its end event ({"run", "summary"}),
+    or None without `follow_to_end` (what is there now, then stop)."""
+    outputs = {"stdout": sys.stdout.buffer, "stderr": sys.stderr.buffer}
+    offsets = {"stdout": 0, "stderr": 0}
+    waiting = WaitingLine(follow_to_end and sys.stderr.isatty())
+    lost_since = None
+    while True:
+        try:
+            params = dict(offsets, follow="1" if follow_to_end else "0")
+            for event in api.events(f"/runs/{name}/logs", **params):
+                lost_since = None
+                if "stream" in event:
+                    waiting.clear()
+                    _write(outputs, offsets, event)
+                elif event.get("event") == "status":
+                    if event.get("waiting"):
+                        waiting.show(f"{name} queued: {event['waiting']}")
+                    else:
+                        waiting.clear()
+                elif event.get("event") == "end":
+                    waiting.clear()
+                    return event if follow_to_end else None
+        except ApiUnreachable as exc:
+            lost_since = lost_since or time.monotonic()
+            if time.monotonic() - lost_since > RECONNECT_SECONDS:
+                waiting.clear()
+                raise click.ClickException(
+                    f"{exc}; the run goes on: div logs {name} -f") from None
+            waiting.show(f"{name}: {exc}; reconnecting")
+            time.sleep(1)

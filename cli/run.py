@@ -1,0 +1,121 @@
+"""`div run`: validate every flag, upload what changed, start the run, print
+the two header lines, follow the log, print the last line and exit with the
+code the docs' table gives."""
+from __future__ import annotations
+
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import click
+
+from cli.context import pass_api
+from cli.flags import (GPU_TYPES, check_hardware, command_for, parse_check, parse_env,
+                       parse_image, parse_memory, parse_name, parse_usd, parse_volume,
+                       safe_project_name)
+from cli.follow import follow
+from cli.output import exit_code_for, print_json
+from cli.upload import format_bytes, hash_files, list_files, upload
+
+DEFAULT_IMAGE = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime"
+
+
+class RunCommand(click.Command):
+    """Remembers whether the words came after `--`, which click swallows:
+    `div run -- train.py` runs `train.py` as it is, not as an entrypoint."""
+
+    def parse_args(self, ctx, args):
+        ctx.meta["after_dashes"] = "--" in args
+        return super().parse_args(ctx, args)
+
+
+def _callback(parse, *extra):
+    def callback(ctx, param, value):
+        if value is None or value == ():
+            return value
+        return parse(value, *extra)
+    return callback
+
+
+@click.command("run", cls=RunCommand)
+@click.argument("words", nargs=-1, metavar="<entrypoint> | -- <command...>")
+@click.option("--gpu", type=click.Choice(GPU_TYPES), default="h100", show_default=True,
+              help="GPU type.")
+@click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Number of GPUs; above 8, whole nodes of 8.")
+@click.option("--cpu", "cpus", type=click.IntRange(min=1),
+              help="Physical CPU cores.  [default: 1 per GPU]")
+@click.option("--memory", callback=_callback(parse_memory), metavar="SIZE",
+              help="Memory in whole GiB: 64, 64G or 64GiB.  [default: 8 GiB per GPU, 2 for cpu]")
+@click.option("--max-spend", callback=_callback(parse_usd), metavar="USD",
+              help="Stop the run when it has cost this many dollars: 5, 5.00 or $5.")
+@click.option("--project", callback=_callback(parse_name, "--project"),
+              help="Project the run belongs to.  [default: the folder's name]")
+@click.option("--name", callback=_callback(parse_name, "--name"),
+              help="Run name.  [default: generated]")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True,
+              callback=_callback(parse_image), help="Public container image to run in.")
+@click.option("--env", "env_items", multiple=True, callback=_callback(parse_env),
+              metavar="KEY=value", help="Environment variable for the run. Repeatable.")
+@click.option("--check", "checks", multiple=True, metavar="CHECK",
+              callback=lambda ctx, param, values: [parse_check(v) for v in values],
+              help="Condition the result must meet, such as metrics.accuracy>=0.8. Repeatable.")
+@click.option("--telemetry", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Chart layout for the Telemetry tab.  [default: telemetry.toml, if present]")
+@click.option("--volume", callback=_callback(parse_volume),
+              help="Volume to upload the code to.  [default: <project>-code]")
+@click.option("--no-upload", is_flag=True, help="Upload nothing; run the command in the image as it is.")
+@click.option("-d", "--detach", is_flag=True, help="Print the run's name and exit once it has started.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the run as JSON when it ends (with --detach, when it starts).")
+@pass_api
+def run(api, words, gpu, gpus, cpus, memory, max_spend, project, name, image, env_items,
+        checks, telemetry, volume, no_upload, detach, as_json):
+    """Start a run with this folder's code and stream its log until it ends.
+
+    \b
+      div run --gpu h100 train.py::run --max-spend 5
+      div run --detach -- torchrun --nproc-per-node 8 train.py
+    """
+    ctx = click.get_current_context()
+    command = command_for(words, ctx.meta["after_dashes"])
+    check_hardware(gpu, gpus, cpus or gpus, memory or 1)
+    root = Path.cwd()
+    project = project or safe_project_name(root.resolve().name)
+    telemetry = telemetry or (None if no_upload else _present(root / "telemetry.toml"))
+    body = {"project": project, "command": command, "gpu": gpu, "gpus": gpus, "cpu": cpus,
+            "memory": memory, "name": name, "image": image, "env": env_items or {},
+            "checks": [c["check"] for c in checks],
+            "telemetry": telemetry.read_text() if telemetry else None,
+            "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f")}
+    if not no_upload:
+        paths = list_files(root)
+        if not paths:
+            raise click.UsageError(f"nothing to upload in {root}; to run the image as it "
+                                   "is, use --no-upload")
+        tree = upload(api, volume or f"{project}-code", hash_files(root, paths))
+        files = f"{tree['files']} file" + ("" if tree["files"] == 1 else "s")
+        click.echo(f"{files}, {format_bytes(tree['bytes'])} → {tree['ref']}", err=True)
+        body["code"] = tree["ref"]
+
+    created = api.post("/runs", body)
+    started = created["run"]
+    click.echo(created["header"], err=True)
+    if detach:
+        print_json(started) if as_json else click.echo(started["name"])
+        return
+    try:
+        end = follow(api, started["name"])
+    except KeyboardInterrupt:
+        click.echo(f"\ndetached; {started['name']} goes on.\n"
+                   f"  follow it: div logs {started['name']} -f\n"
+                   f"  stop it:   div stop {started['name']}", err=True)
+        sys.exit(0)
+    click.echo(end["summary"], err=True)
+    if as_json:
+        print_json(end["run"])
+    sys.exit(exit_code_for(end["run"]))
+
+
+def _present(path: Path) -> Path | None:
+    return path if path.is_file() else None

@@ -1,0 +1,135 @@
+"""What `div run` uploads and how: the docs' file list (git's view inside a
+repository, an exclusion list outside one), each file hashed, and only the
+blobs the server lacks sent, several at a time."""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from cli.api import ApiClient
+
+MAX_FILE_BYTES = 256 * 1000 * 1000
+PARALLEL = 8
+# The docs' list of what is not uploaded outside a git repository.
+EXCLUDED_DIRS = {".git", "node_modules", "__pycache__", ".venv", "venv", "dist", ".next",
+                 ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", ".nox", ".cache",
+                 ".ipynb_checkpoints", ".hypothesis"}
+EXCLUDED_FILES = (".DS_Store", "*.pyc", ".env*")
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    path: str          # relative, with /
+    disk_path: str
+    sha256: str
+    size: int
+    executable: bool
+
+    def manifest_entry(self) -> dict:
+        return {"path": self.path, "sha256": self.sha256, "size": self.size,
+                "executable": self.executable}
+
+
+def _git_files(root: Path) -> list[str] | None:
+    """Tracked plus untracked-not-ignored files, or None outside a repository."""
+    try:
+        done = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root,
+                              capture_output=True)
+    except FileNotFoundError:
+        return None
+    if done.returncode != 0:
+        return None
+    return [p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
+
+
+def _walked_files(root: Path) -> list[str]:
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in EXCLUDED_DIRS)
+        for name in names:
+            if not any(fnmatch.fnmatchcase(name, pattern) for pattern in EXCLUDED_FILES):
+                files.append(os.path.relpath(os.path.join(folder, name), root))
+    return files
+
+
+def _inside(root: Path, path: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def list_files(root: Path) -> list[str]:
+    """Relative paths of the regular files to upload. A symlink is uploaded as
+    the file it points to when that is inside the folder; one that points out
+    is skipped with a warning."""
+    root = root.resolve()
+    candidates = _git_files(root)
+    if candidates is None:
+        candidates = _walked_files(root)
+    chosen = []
+    for rel in sorted(set(candidates)):
+        path = root / rel
+        if path.is_symlink() and not _inside(root, path.resolve()):
+            click.echo(f"skipped {rel}: a link to outside {root}", err=True)
+            continue
+        if path.is_file():   # git lists deleted files and submodules too
+            chosen.append(rel.replace(os.sep, "/"))
+    return chosen
+
+
+def _hash(root: Path, rel: str) -> LocalFile:
+    path = root / rel
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise click.UsageError(
+            f"{rel} is {size / 1e6:.0f} MB; uploaded files may be at most 256 MB. Keep data "
+            "on a volume (div storage put), or download it inside a run "
+            "(div run --gpu cpu --no-upload -- ...)")
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return LocalFile(rel, str(path), digest.hexdigest(), size, os.access(path, os.X_OK))
+
+
+def hash_files(root: Path, paths: list[str]) -> list[LocalFile]:
+    with ThreadPoolExecutor(PARALLEL) as pool:   # hashlib releases the GIL
+        return list(pool.map(lambda rel: _hash(root, rel), paths))
+
+
+def format_bytes(size: int) -> str:
+    """38.2 KB: decimal units, one decimal place."""
+    if size < 1000:
+        return f"{size} B"
+    for unit in ("KB", "MB", "GB", "TB"):
+        size /= 1000
+        if size < 1000 or unit == "TB":
+            return f"{size:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def upload(api: ApiClient, volume: str, files: list[LocalFile]) -> dict:
+    """Sends what the server lacks and returns the laid-out tree (ref, files,
+    bytes). Unchanged code costs one request and no bytes."""
+    manifest = {"volume": volume, "files": [f.manifest_entry() for f in files]}
+    answer = api.post("/code/trees", manifest)
+    if "missing" not in answer:
+        return answer
+    by_hash = {f.sha256: f for f in files}
+    missing = [by_hash[sha] for sha in answer["missing"]]
+    total = sum(f.size for f in missing)
+    if sys.stderr.isatty():
+        click.echo(f"uploading {len(missing)} files, {format_bytes(total)}", err=True)
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        list(pool.map(lambda f: api.put_file(f"/code/blobs/{f.sha256}", f.disk_path, f.size),
+                      missing))
+    answer = api.post("/code/trees", manifest)
+    if "missing" in answer:
+        raise click.ClickException("the server still lacks some files after the upload; try again")
+    return answer
