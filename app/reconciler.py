@@ -32,6 +32,10 @@ def _moment(epoch: int | None) -> datetime | None:
 def settle(run: Run, record: JobRecord) -> None:
     """Moves a run to what Slurm says of its job."""
     status = run_status(record, run.stopped_for)
+    if status not in LIVE and not record.finished:
+        # squeue already says COMPLETED but sacct has no end or exit code
+        # yet: the run has ended only once its final record is there.
+        status = "running"
     run.pending_reason = record.reason if status == "queued" else None
     run.started_at = run.started_at or _moment(record.start)
     if record.elapsed_seconds is not None:

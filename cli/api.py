@@ -70,9 +70,11 @@ class ApiClient:
         return self._request("POST", path, json=body or {}).json()
 
     def put_file(self, path: str, file_path: str, size: int) -> None:
+        headers = {"Content-Type": "application/octet-stream"}
         with open(file_path, "rb") as f:
-            self._request("PUT", path, data=f, headers={"Content-Length": str(size),
-                                                        "Content-Type": "application/octet-stream"})
+            # requests sends a Content-Length from the file's size; an empty
+            # file object would go chunked instead, which the server refuses.
+            self._request("PUT", path, data=f if size else b"", headers=headers)
 
     def events(self, path: str, **params) -> Iterator[dict]:
         """An NDJSON stream, one event a line. Raises ApiUnreachable when the

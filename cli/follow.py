@@ -48,12 +48,14 @@ def _write(outputs: dict, offsets: dict, event: dict) -> None:
         outputs[stream].write(data)
         outputs[stream].flush()
         offsets[stream] = event["offset"] + max(skip, 0) + len(data)
+        outputs["last"][stream] = data[-1:]
 
 
 def follow(api: ApiClient, name: str, follow_to_end: bool = True) -> dict | None:
     """Writes the run's log and returns its end event ({"run", "summary"}),
     or None without `follow_to_end` (what is there now, then stop)."""
-    outputs = {"stdout": sys.stdout.buffer, "stderr": sys.stderr.buffer}
+    outputs = {"stdout": sys.stdout.buffer, "stderr": sys.stderr.buffer,
+               "last": {"stdout": b"\n", "stderr": b"\n"}}
     offsets = {"stdout": 0, "stderr": 0}
     waiting = WaitingLine(follow_to_end and sys.stderr.isatty())
     lost_since = None
@@ -72,7 +74,13 @@ def follow(api: ApiClient, name: str, follow_to_end: bool = True) -> dict | None
                         waiting.clear()
                 elif event.get("event") == "end":
                     waiting.clear()
-                    return event if follow_to_end else None
+                    if not follow_to_end:
+                        return None
+                    # The last line starts a line of its own, even after a
+                    # log that ended without a newline.
+                    if outputs["last"]["stderr"] != b"\n":
+                        outputs["stderr"].write(b"\n")
+                    return event
         except ApiUnreachable as exc:
             lost_since = lost_since or time.monotonic()
             if time.monotonic() - lost_since > RECONNECT_SECONDS:

@@ -95,3 +95,21 @@ def _wait_for_port(port: int) -> None:
         except OSError:
             time.sleep(0.05)
     raise AssertionError(f"sshd did not listen on {port}")
+
+
+@pytest.fixture(scope="session")
+def stack(slurm_cluster, tmp_path_factory):
+    """The API server and reconciler on a fresh PostgreSQL database, with two
+    orgs (e2e and other), each with a key."""
+    from tests.stack import start_stack, stop_stack
+    running = start_stack(tmp_path_factory.mktemp("stack"), _free_port(), POSTGRES_URL)
+    yield running
+    stop_stack(running)
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A code folder named like a user's project."""
+    folder = tmp_path / "very-cool-classifier"
+    folder.mkdir()
+    return folder

@@ -1,0 +1,109 @@
+"""The whole service for end-to-end tests: a fresh PostgreSQL database, the
+API server (gunicorn, as `make up` starts it) on a free port, the reconciler,
+and the real `div` command run as a subprocess against them."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+import sqlalchemy as sa
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+
+def fresh_postgres_database(admin_url: str, name: str) -> str:
+    admin = sa.create_engine(admin_url.replace("postgresql://", "postgresql+psycopg://"),
+                             isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        conn.execute(sa.text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    return admin_url.rsplit("/", 1)[0] + "/" + name
+
+
+@dataclass
+class Stack:
+    base: Path
+    port: int
+    database_url: str
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.base / "data"
+
+    @property
+    def server_log(self) -> Path:
+        return self.base / "pids" / "server.log"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DIV_")}
+        env.update(PORT=str(self.port), DIV_PID_DIR=str(self.base / "pids"),
+                   DATABASE_URL=self.database_url, DIV_DATA_DIR=str(self.data_dir),
+                   DIV_RECONCILE_INTERVAL="0.3", FLASK_APP="wsgi.py",
+                   PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
+        return env
+
+    def services(self, action: str, what: str = "all") -> None:
+        subprocess.run([str(ROOT / "scripts" / "services"), action, what], env=self.env(),
+                       check=True, capture_output=True)
+
+    def flask(self, *args: str) -> str:
+        done = subprocess.run([str(VENV_BIN / "flask"), *args], cwd=ROOT, env=self.env(),
+                              capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    def add_org(self, org: str) -> str:
+        """An org with one user and a key; returns the key."""
+        self.flask("create-org", org)
+        self.flask("create-user", org, f"{org}-user")
+        self.tokens[org] = self.flask("create-key", f"{org}-user").splitlines()[-1]
+        return self.tokens[org]
+
+    def div_env(self, org: str = "e2e", home: Path | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DIV_")}
+        env.update(DIV_API_URL=self.url, DIV_TOKEN=self.tokens[org],
+                   HOME=str(home or self.base / "home"), PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
+        env.pop("XDG_CONFIG_HOME", None)
+        return env
+
+    def div(self, *args: str, cwd: Path, org: str = "e2e", env: dict | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([str(VENV_BIN / "div"), *args], cwd=cwd,
+                              env=env or self.div_env(org), capture_output=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def api(self, method: str, path: str, org: str = "e2e", **kwargs) -> requests.Response:
+        return requests.request(method, f"{self.url}/api/v1{path}", timeout=30,
+                                headers={"Authorization": f"Bearer {self.tokens[org]}"}, **kwargs)
+
+    def run_json(self, name: str, org: str = "e2e") -> dict:
+        answer = self.api("GET", f"/runs/{name}", org)
+        answer.raise_for_status()
+        return answer.json()["run"]
+
+
+def start_stack(base: Path, port: int, postgres_admin_url: str) -> Stack:
+    stack = Stack(base, port, fresh_postgres_database(postgres_admin_url, "divergent_e2e"))
+    (base / "home").mkdir(parents=True, exist_ok=True)
+    subprocess.run([str(VENV_BIN / "flask"), "db", "upgrade"], cwd=ROOT, env=stack.env(),
+                   check=True, capture_output=True)
+    stack.services("start")
+    stack.add_org("e2e")
+    stack.add_org("other")
+    return stack
+
+
+def stop_stack(stack: Stack) -> None:
+    stack.services("stop")
+    shutil.rmtree(stack.data_dir, ignore_errors=True)
