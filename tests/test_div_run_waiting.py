@@ -1,0 +1,100 @@
+"""Queued runs say why they wait; many log followers never starve the API."""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import threading
+import time
+
+import requests
+
+from tests.stack import VENV_BIN
+
+
+def _wait_for(predicate, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError("condition not met in time")
+
+
+def test_a_queued_run_says_why_it_waits_on_a_terminal_only(stack, project):
+    hold = stack.div("run", "--gpu", "l40s", "--gpus", "16", "-d", "--no-upload", "--name",
+                     "holds-l40s", "--", "sleep 30", cwd=project)
+    assert hold.returncode == 0, hold.stderr
+    _wait_for(lambda: stack.run_json("holds-l40s")["status"] == "running")
+
+    # On a terminal: the reason, rewritten in place on stderr.
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([str(VENV_BIN / "div"), "run", "--gpu", "l40s", "--gpus", "16",
+                             "--no-upload", "--name", "waits-tty", "--", "echo ran"],
+                            cwd=project, env=stack.div_env(), stdout=subprocess.PIPE,
+                            stderr=terminal, stdin=subprocess.DEVNULL)
+    os.close(terminal)
+    seen = b""
+    deadline = time.monotonic() + 30
+    while b"waiting for" not in seen and time.monotonic() < deadline:
+        seen += os.read(controller, 4096)
+    assert b"\r\x1b[Kwaits-tty queued: waiting for 16 x L40S" in seen
+    assert stack.run_json("waits-tty")["waiting"] == "waiting for 16 x L40S"
+
+    # Not a terminal: nothing of it.
+    piped = subprocess.Popen([str(VENV_BIN / "div"), "run", "--gpu", "l40s", "--gpus", "16",
+                              "--no-upload", "--name", "waits-pipe", "--", "echo ran"],
+                             cwd=project, env=stack.div_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    _wait_for(lambda: stack.api("GET", "/runs/waits-pipe").status_code == 200)
+    assert stack.div("stop", "holds-l40s", cwd=project).returncode == 0
+    out, err = piped.communicate(timeout=90)
+    # 16 GPUs are two nodes of 8: the command runs once on each.
+    assert (piped.returncode, out) == (0, b"ran\nran\n")
+    assert b"queued" not in err and b"\x1b" not in err
+    assert proc.wait(timeout=90) == 0
+    assert proc.stdout.read() == b"ran\nran\n"
+    while True:   # drain the terminal so the process never blocks on it
+        try:
+            if not os.read(controller, 4096):
+                break
+        except OSError:
+            break
+    os.close(controller)
+
+
+def test_fifty_followers_and_div_run_still_answers(stack, project):
+    (project / "tick.py").write_text(
+        "import time\nfor i in range(60):\n    print(i, flush=True)\n    time.sleep(0.5)\n")
+    started = stack.div("run", "--gpu", "cpu", "-d", "--name", "watched", "tick.py", cwd=project)
+    assert started.returncode == 0, started.stderr
+    ends, first_events = [], threading.Semaphore(0)
+
+    def follower():
+        with requests.get(f"{stack.url}/api/v1/runs/watched/logs", params={"follow": "1"},
+                          headers={"Authorization": f"Bearer {stack.tokens['e2e']}"},
+                          stream=True, timeout=(5, 60)) as answer:
+            for n, line in enumerate(answer.iter_lines()):
+                if n == 0:
+                    first_events.release()
+                event = json.loads(line)
+                if event.get("event") == "end":
+                    ends.append(event["run"]["status"])
+
+    threads = [threading.Thread(target=follower, daemon=True) for _ in range(50)]
+    for thread in threads:
+        thread.start()
+    for _ in threads:
+        assert first_events.acquire(timeout=60), "a follower got no event"
+
+    # With 50 streams open, a new run starts and the API answers as usual.
+    (project / "quick.py").write_text("print('quick')\n")
+    quick = stack.div("run", "--gpu", "cpu", "quick.py", cwd=project, timeout=60)
+    assert (quick.returncode, quick.stdout) == (0, b"quick\n")
+    assert stack.api("GET", "/runs").status_code == 200
+
+    assert stack.div("stop", "watched", cwd=project).returncode == 0
+    for thread in threads:
+        thread.join(timeout=60)
+    assert ends == ["canceled"] * 50
