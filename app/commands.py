@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import sys
 
 import click
 from flask import current_app
@@ -87,11 +89,20 @@ def create_key_command(username: str, name: str) -> None:
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
 def reconcile(interval: float | None, once: bool) -> None:
     """Follow Slurm and settle runs, until stopped."""
-    from app.reconciler import reconcile_once, run_forever
+    from app.reconciler import LEASE, holder_name, reconcile_once, run_forever
+    from app.services import leases
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if once:
-        click.echo(f"{reconcile_once()} runs changed")
+        if not leases.acquire(LEASE, holder_name(), 30):
+            raise click.ClickException("another reconciler is acting; nothing done")
+        try:
+            click.echo(f"{reconcile_once()} runs changed")
+        finally:
+            leases.release(LEASE, holder_name())
         return
+    # A plain `kill` ends the loop through its finally, which hands the lease
+    # back, so a restarted reconciler acts at once instead of after the TTL.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     run_forever(interval or current_app.config["DIV_RECONCILE_INTERVAL"])
 
 

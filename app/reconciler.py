@@ -68,10 +68,14 @@ def reconcile_once() -> int:
     return changed
 
 
+def holder_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 def run_forever(interval: float, stop_after: float | None = None) -> None:
     """Cycles every `interval` seconds while it holds the lease; waits as a
     standby while another reconciler does."""
-    holder = f"{socket.gethostname()}:{os.getpid()}"
+    holder = holder_name()
     ttl = max(10.0, interval * 10)
     deadline = None if stop_after is None else time.monotonic() + stop_after
     acting = False

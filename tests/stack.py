@@ -58,16 +58,15 @@ class Stack:
         subprocess.run([str(ROOT / "scripts" / "services"), action, what], env=self.env(),
                        check=True, capture_output=True)
 
-    def flask(self, *args: str) -> str:
-        done = subprocess.run([str(VENV_BIN / "flask"), *args], cwd=ROOT, env=self.env(),
-                              capture_output=True, text=True, check=True)
-        return done.stdout.strip()
+    def flask(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run([str(VENV_BIN / "flask"), *args], cwd=ROOT, env=self.env(),
+                              capture_output=True, text=True, check=check)
 
     def add_org(self, org: str) -> str:
         """An org with one user and a key; returns the key."""
         self.flask("create-org", org)
         self.flask("create-user", org, f"{org}-user")
-        self.tokens[org] = self.flask("create-key", f"{org}-user").splitlines()[-1]
+        self.tokens[org] = self.flask("create-key", f"{org}-user").stdout.split()[-1]
         return self.tokens[org]
 
     def div_env(self, org: str = "e2e", home: Path | None = None) -> dict[str, str]:

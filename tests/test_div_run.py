@@ -305,3 +305,25 @@ def test_login_stores_the_key_and_precedence_is_flag_env_file(stack, project, tm
     assert stack.div("ls", cwd=project, env=env).returncode == 1        # env beats file
     ok = stack.div("ls", "--token", stack.tokens["e2e"], cwd=project, env=env)
     assert ok.returncode == 0                                            # flag beats env
+
+
+def test_the_reconciler_can_restart_at_any_time(stack, project):
+    """Its state is the database and Slurm: a run that ends while it is down
+    is settled when it comes back, and a second one stands by."""
+    stack.services("stop", "reconciler")
+    try:
+        done = stack.div("run", "--gpu", "cpu", "-d", "--no-upload", "--", "echo $((6 * 7)); exit 4",
+                         cwd=project)
+        name = done.stdout.decode().strip()
+        time.sleep(3)
+        assert stack.run_json(name)["status"] == "queued"
+        standby = stack.flask("reconcile", "--once", check=False)
+        assert standby.returncode == 0 and "1 runs changed" in standby.stdout, standby.stderr
+    finally:
+        stack.services("start", "reconciler")
+    followed = stack.div("logs", name, "-f", cwd=project)
+    assert (followed.returncode, followed.stdout) == (4, b"42\n")
+    # While one acts, another does nothing.
+    time.sleep(1)
+    second = stack.flask("reconcile", "--once", check=False)
+    assert second.returncode == 1 and "another reconciler is acting" in second.stderr

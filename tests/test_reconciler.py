@@ -1,0 +1,55 @@
+"""The reconciler's decisions and its lease: one acting reconciler, states
+moved from Slurm's records, a run ended only once sacct has its final record."""
+from __future__ import annotations
+
+import pytest
+
+from app import create_app
+from app.extensions import db
+from app.models import Run
+from app.reconciler import settle
+from app.services import leases
+from slurm.records import JobRecord
+
+
+@pytest.fixture
+def app(tmp_path):
+    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db"})
+    with app.app_context():
+        db.create_all()
+        yield app
+
+
+def test_one_holder_at_a_time_until_the_lease_expires(app):
+    assert leases.acquire("reconciler", "a", 30)
+    assert not leases.acquire("reconciler", "b", 30)
+    assert leases.acquire("reconciler", "a", 30)        # renewal
+    leases.release("reconciler", "a")
+    assert leases.acquire("reconciler", "b", 0.001)
+    import time
+    time.sleep(0.01)
+    assert leases.acquire("reconciler", "a", 30)        # b's expired
+
+
+def run() -> Run:
+    return Run(name="run-x", status="queued", rate_micros_per_hour=4_800_000, cost_micros=0)
+
+
+def test_queued_running_and_ended():
+    r = run()
+    settle(r, JobRecord("1", "PENDING", reason="Resources"))
+    assert (r.status, r.pending_reason) == ("queued", "Resources")
+    settle(r, JobRecord("1", "RUNNING", start=1_000, elapsed_seconds=61))
+    assert (r.status, r.pending_reason, r.cost_micros) == ("running", None, 160_000)
+    settle(r, JobRecord("1", "COMPLETED", start=1_000))     # squeue's word, no end yet
+    assert r.status == "running"
+    settle(r, JobRecord("1", "FAILED", exit_code=3, start=1_000, end=1_130, elapsed_seconds=130))
+    assert (r.status, r.exit_code, r.cost_micros, r.slurm_state) == ("failed", 3, 240_000, "FAILED")
+    assert r.ended_at.timestamp() == 1_130
+
+
+def test_a_job_we_cancelled_for_spend_is_budget_exceeded():
+    r = run()
+    r.stopped_for = "budget_exceeded"
+    settle(r, JobRecord("1", "CANCELLED", start=1, end=61, elapsed_seconds=60, exit_code=0))
+    assert r.status == "budget_exceeded"
