@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +91,16 @@ class Stack:
         answer = self.api("GET", f"/runs/{name}", org)
         answer.raise_for_status()
         return answer.json()["run"]
+
+
+    def wait_for_status(self, name: str, wanted: str, timeout: float = 30) -> dict:
+        """The run once it has `wanted` status (the reconciler polls Slurm)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.run_json(name)
+            if run["status"] == wanted or time.monotonic() > deadline:
+                return run
+            time.sleep(0.2)
 
 
 def start_stack(base: Path, port: int, postgres_admin_url: str) -> Stack:

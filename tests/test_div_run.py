@@ -149,7 +149,7 @@ def test_sigint_detaches_and_the_run_goes_on(stack, project):
     text = err.decode()
     name = re.search(r"div logs (run-\w+) -f", text).group(1)
     assert f"div stop {name}" in text
-    assert stack.run_json(name)["status"] == "running"
+    assert stack.wait_for_status(name, "running")["status"] == "running"
 
     stopped = stack.div("stop", name, cwd=project)
     assert stopped.returncode == 0

@@ -26,7 +26,7 @@ def test_a_queued_run_says_why_it_waits_on_a_terminal_only(stack, project):
     hold = stack.div("run", "--gpu", "l40s", "--gpus", "16", "-d", "--no-upload", "--name",
                      "holds-l40s", "--", "sleep 30", cwd=project)
     assert hold.returncode == 0, hold.stderr
-    _wait_for(lambda: stack.run_json("holds-l40s")["status"] == "running")
+    assert stack.wait_for_status("holds-l40s", "running")["status"] == "running"
 
     # On a terminal: the reason, rewritten in place on stderr.
     controller, terminal = pty.openpty()

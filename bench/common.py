@@ -1,0 +1,35 @@
+"""What the `div` benchmarks share: the dev services `make up` started, and
+the real `div` run as a subprocess against them."""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DIV = str(ROOT / ".venv" / "bin" / "div")
+
+
+def div_env() -> dict[str, str]:
+    """The environment `set -a; . ./.div-dev.env` gives: `make up` first."""
+    env = dict(os.environ)
+    env_file = ROOT / ".div-dev.env"
+    if not env_file.exists():
+        raise SystemExit("run `make up` first: no .div-dev.env")
+    for line in env_file.read_text().splitlines():
+        key, _, value = line.partition("=")
+        env[key] = value
+    return env
+
+
+def div(*args: str, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([DIV, *args], cwd=cwd, env=div_env(), capture_output=True,
+                          check=True, **kwargs)
+
+
+def summary(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+    return (f"median {statistics.median(ordered) * 1000:7.1f} ms  p95 {p95 * 1000:7.1f} ms  "
+            f"(n={len(ordered)})")
