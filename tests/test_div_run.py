@@ -327,3 +327,18 @@ def test_the_reconciler_can_restart_at_any_time(stack, project):
     time.sleep(1)
     second = stack.flask("reconcile", "--once", check=False)
     assert second.returncode == 1 and "another reconciler is acting" in second.stderr
+
+
+def test_dev_bootstrap_writes_a_working_env_file_and_keeps_its_key(stack, project, tmp_path):
+    env_file = tmp_path / ".div-dev.env"
+    first = stack.flask("dev-bootstrap", "--env-file", str(env_file), "--api-url", stack.url)
+    assert oct(env_file.stat().st_mode & 0o777) == "0o600"
+    values = dict(line.split("=", 1) for line in env_file.read_text().split())
+    assert values["DIV_API_URL"] == stack.url
+    assert (f"div login --api-url {stack.url} --token {values['DIV_TOKEN']}"
+            in first.stdout)
+    env = stack.div_env(home=tmp_path)
+    env.update(values)
+    assert stack.div("ls", cwd=project, env=env).returncode == 0
+    stack.flask("dev-bootstrap", "--env-file", str(env_file), "--api-url", stack.url)
+    assert dict(line.split("=", 1) for line in env_file.read_text().split()) == values
