@@ -16,6 +16,7 @@ from urllib.parse import urlencode, urlsplit
 
 # Log streams send an event at least every 5 s; silence for longer is a dead peer.
 TIMEOUT = 30
+CHUNK = 1 << 20
 DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
@@ -98,19 +99,43 @@ class ApiClient:
         except (OSError, http.client.HTTPException) as exc:
             raise ApiUnreachable(f"lost the API at {self.url}: {_reason(exc)}") from None
 
-    def get(self, path: str, **params) -> dict:
+    def get(self, path: str, params: dict | None = None) -> dict:
         return self._json(self._request("GET", path, params=params))
 
     def post(self, path: str, body: dict | None = None) -> dict:
         return self._json(self._request("POST", path, body=json.dumps(body or {}).encode(),
                                         headers={"Content-Type": "application/json"}))
 
-    def put_file(self, path: str, file_path: str, size: int) -> None:
-        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
-        with open(file_path, "rb") as f:
-            self._json(self._request("PUT", path, body=f, headers=headers))
+    def delete(self, path: str, params: dict | None = None) -> dict:
+        return self._json(self._request("DELETE", path, params=params))
 
-    def events(self, path: str, **params) -> Iterator[dict]:
+    def put_file(self, path: str, file_path: str, size: int, params: dict | None = None,
+                 headers: dict | None = None) -> None:
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size),
+                   **(headers or {})}
+        with open(file_path, "rb") as f:
+            self._json(self._request("PUT", path, params=params, body=f, headers=headers))
+
+    def post_bytes(self, path: str, data: bytes, content_type: str) -> dict:
+        return self._json(self._request("POST", path, body=data,
+                                        headers={"Content-Type": content_type}))
+
+    def download(self, path: str, params: dict, out, offset: int, progress) -> None:
+        """Appends the file's bytes from `offset` to `out` (a Range request),
+        calling progress(n) as they arrive."""
+        headers = {"Range": f"bytes={offset}-"} if offset else {}
+        response = self._request("GET", path, params=params, headers=headers)
+        if offset and response.status != 206:
+            out.seek(0)     # the server sent the whole file: start over
+            out.truncate()
+        try:
+            while chunk := response.read(CHUNK):
+                out.write(chunk)
+                progress(len(chunk))
+        except (OSError, http.client.HTTPException) as exc:
+            raise ApiUnreachable(f"lost the API at {self.url}: {_reason(exc)}") from None
+
+    def events(self, path: str, params: dict) -> Iterator[dict]:
         """An NDJSON stream, one event a line, on a connection of its own.
         Raises ApiUnreachable when it drops, so the caller can resume from
         its offsets."""

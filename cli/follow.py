@@ -62,7 +62,7 @@ def follow(api: ApiClient, name: str, follow_to_end: bool = True) -> dict | None
     while True:
         try:
             params = dict(offsets, follow="1" if follow_to_end else "0")
-            for event in api.events(f"/runs/{name}/logs", **params):
+            for event in api.events(f"/runs/{name}/logs", params):
                 lost_since = None
                 if "stream" in event:
                     waiting.clear()

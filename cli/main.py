@@ -6,6 +6,7 @@ import click
 from cli.login import login
 from cli.run import run
 from cli.runs import logs, ls, stop
+from cli.storage import storage
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -14,5 +15,5 @@ def cli() -> None:
     """divergent: run code on your organisation's GPUs."""
 
 
-for command in (run, logs, stop, ls, login):
+for command in (run, logs, stop, ls, login, storage):
     cli.add_command(command)

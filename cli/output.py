@@ -19,6 +19,11 @@ def exit_code_for(run: dict) -> int:
     return 1
 
 
+def count(n: int, noun: str) -> str:
+    """1 file, 14 files."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def print_json(value) -> None:
     click.echo(json.dumps(value, indent=2))
 

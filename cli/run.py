@@ -14,7 +14,7 @@ from cli.flags import (GPU_TYPES, check_hardware, command_for, parse_check, pars
                        parse_image, parse_memory, parse_name, parse_usd, parse_volume,
                        safe_project_name)
 from cli.follow import follow
-from cli.output import exit_code_for, print_json
+from cli.output import count, exit_code_for, print_json
 from cli.upload import format_bytes, hash_files, list_files, upload
 
 DEFAULT_IMAGE = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime"
@@ -94,8 +94,8 @@ def run(api, words, gpu, gpus, cpus, memory, max_spend, project, name, image, en
             raise click.UsageError(f"nothing to upload in {root}; to run the image as it "
                                    "is, use --no-upload")
         tree = upload(api, volume or f"{project}-code", hash_files(root, paths))
-        files = f"{tree['files']} file" + ("" if tree["files"] == 1 else "s")
-        click.echo(f"{files}, {format_bytes(tree['bytes'])} → {tree['ref']}", err=True)
+        click.echo(f"{count(tree['files'], 'file')}, {format_bytes(tree['bytes'])} → "
+                   f"{tree['ref']}", err=True)
         body["code"] = tree["ref"]
 
     created = api.post("/runs", body)

@@ -19,7 +19,7 @@ from cli.output import dollars, duration, exit_code_for, print_json, started, ta
 def ls(api, project: str | None, limit: int, as_json: bool) -> None:
     """List recent runs: name, project, status, GPUs, started, duration, cost."""
     params = {"limit": limit, **({"project": project} if project else {})}
-    runs = api.get("/runs", **params)["runs"]
+    runs = api.get("/runs", params)["runs"]
     if as_json:
         print_json(runs)
         return

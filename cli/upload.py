@@ -50,12 +50,14 @@ def _git_files(root: Path) -> list[str] | None:
     return [p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
 
 
-def _walked_files(root: Path) -> list[str]:
+def walk_files(root: Path, excluded: bool = True) -> list[str]:
+    """Relative paths under `root`; with `excluded`, less the docs' list.
+    Links to folders are not followed."""
     files = []
     for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in EXCLUDED_DIRS)
+        dirs[:] = sorted(d for d in dirs if not (excluded and d in EXCLUDED_DIRS))
         for name in names:
-            if not any(fnmatch.fnmatchcase(name, pattern) for pattern in EXCLUDED_FILES):
+            if not (excluded and any(fnmatch.fnmatchcase(name, p) for p in EXCLUDED_FILES)):
                 files.append(os.path.relpath(os.path.join(folder, name), root))
     return files
 
@@ -64,14 +66,11 @@ def _inside(root: Path, path: Path) -> bool:
     return path == root or root in path.parents
 
 
-def list_files(root: Path) -> list[str]:
-    """Relative paths of the regular files to upload. A symlink is uploaded as
-    the file it points to when that is inside the folder; one that points out
-    is skipped with a warning."""
+def regular_files(root: Path, candidates: list[str]) -> list[str]:
+    """The candidates that are regular files, with / separators. A symlink is
+    taken as the file it points to when that is inside `root`; one that
+    points out is skipped with a warning."""
     root = root.resolve()
-    candidates = _git_files(root)
-    if candidates is None:
-        candidates = _walked_files(root)
     chosen = []
     for rel in sorted(set(candidates)):
         path = root / rel
@@ -81,6 +80,13 @@ def list_files(root: Path) -> list[str]:
         if path.is_file():   # git lists deleted files and submodules too
             chosen.append(rel.replace(os.sep, "/"))
     return chosen
+
+
+def list_files(root: Path) -> list[str]:
+    """What `div run` uploads: git's view inside a repository, else the
+    folder less the docs' exclusions."""
+    candidates = _git_files(root.resolve())
+    return regular_files(root, walk_files(root) if candidates is None else candidates)
 
 
 def _hash(root: Path, rel: str) -> LocalFile:

@@ -1,0 +1,74 @@
+"""Volumes and their files: list, plan an upload, upload (one file, or many
+small ones in a tar bundle), download (with Range), delete."""
+from __future__ import annotations
+
+from flask import g, jsonify, request, send_file
+
+from app.api import bp
+from app.api.auth import token_required
+from app.services.errors import Invalid
+from app.services.storage import (delete, delete_volume, file_for_download, files_to_send,
+                                  list_path, store_bundle, store_file, volume_summaries)
+from app.services.volumes import check_volume_name
+
+
+@bp.get("/volumes")
+@token_required
+def volumes_list():
+    return jsonify(volumes=volume_summaries(g.user.org))
+
+
+@bp.delete("/volumes/<volume>")
+@token_required
+def volumes_delete(volume: str):
+    delete_volume(g.user.org, volume)
+    return jsonify(deleted=volume)
+
+
+@bp.get("/volumes/<volume>/ls")
+@token_required
+def volumes_ls(volume: str):
+    top, entries = list_path(g.user.org, check_volume_name(volume), request.args.get("path", ""),
+                             recursive=request.args.get("recursive") == "1")
+    return jsonify(entry=top.as_json(), entries=[e.as_json() for e in entries])
+
+
+@bp.post("/volumes/<volume>/plan")
+@token_required
+def volumes_plan(volume: str):
+    """Which of these files ({path, size, sha256}) to send: the others are
+    there already. Creates the volume."""
+    body = request.get_json(silent=True) or {}
+    return jsonify(send=files_to_send(g.user.org, volume, body.get("files")))
+
+
+@bp.put("/volumes/<volume>/files")
+@token_required
+def volumes_put_file(volume: str):
+    sha = request.headers.get("X-Div-Sha256", "")
+    if request.content_length is None:
+        raise Invalid("send the file with a Content-Length")
+    store_file(g.user.org, check_volume_name(volume), request.args.get("path", ""),
+               request.stream, request.content_length, sha)
+    return jsonify(stored=request.args.get("path")), 201
+
+
+@bp.post("/volumes/<volume>/bundle")
+@token_required
+def volumes_put_bundle(volume: str):
+    return jsonify(stored=store_bundle(g.user.org, check_volume_name(volume), request.stream)), 201
+
+
+@bp.get("/volumes/<volume>/files")
+@token_required
+def volumes_get_file(volume: str):
+    path = file_for_download(g.user.org, check_volume_name(volume), request.args.get("path", ""))
+    # conditional: Range requests, so an interrupted download resumes.
+    return send_file(path, mimetype="application/octet-stream", conditional=True, etag=False)
+
+
+@bp.delete("/volumes/<volume>/files")
+@token_required
+def volumes_delete_file(volume: str):
+    delete(g.user.org, check_volume_name(volume), request.args.get("path", ""))
+    return jsonify(deleted=request.args.get("path"))

@@ -1,0 +1,211 @@
+"""`div storage put|ls|get|rm`: files on and off the org's volumes
+(product-docs/volumes-guide.txt)."""
+from __future__ import annotations
+
+import io
+import os
+import sys
+import tarfile
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+
+from cli.api import ApiClient
+from cli.context import pass_api
+from cli.flags import parse_volume
+from cli.output import count, print_json, started, table
+from cli.progress import Progress
+from cli.upload import LocalFile, format_bytes, hash_files, regular_files, walk_files
+
+PARALLEL = 8
+# Small files travel many to a request, as one tar stream: a request per
+# 4 KiB file would cost more in round trips than in bytes.
+SMALL_FILE = 1 << 20
+BUNDLE_BYTES = 16 << 20
+BUNDLE_FILES = 1000
+PLAN_BATCH = 5000
+
+
+@click.group("storage")
+def storage() -> None:
+    """Move files on and off the org's volumes, which runs see at /mnt/<volume>."""
+
+
+def _volume(ctx, param, value):
+    return None if value is None else parse_volume(value)
+
+
+def _bundles(files: list[tuple[str, LocalFile]]) -> list[list[tuple[str, LocalFile]]]:
+    bundles, current, size = [], [], 0
+    for item in files:
+        if current and (size + item[1].size > BUNDLE_BYTES or len(current) >= BUNDLE_FILES):
+            bundles.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += item[1].size
+    return bundles + ([current] if current else [])
+
+
+def _send_bundle(api: ApiClient, volume: str, items, progress: Progress) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as bundle:
+        for remote, local in items:
+            info = tarfile.TarInfo(remote)
+            info.size = local.size
+            info.pax_headers = {"DIV.sha256": local.sha256}
+            with open(local.disk_path, "rb") as f:
+                bundle.addfile(info, f)
+    api.post_bytes(f"/volumes/{volume}/bundle", buffer.getvalue(), "application/x-tar")
+    progress.add(sum(local.size for _, local in items))
+
+
+def _send_file(api: ApiClient, volume: str, remote: str, local: LocalFile,
+               progress: Progress) -> None:
+    api.put_file(f"/volumes/{volume}/files", local.disk_path, local.size,
+                 params={"path": remote}, headers={"X-Div-Sha256": local.sha256})
+    progress.add(local.size)
+
+
+@storage.command("put")
+@click.argument("volume", callback=_volume)
+@click.argument("local", type=click.Path(exists=True, path_type=Path))
+@pass_api
+def put(api: ApiClient, volume: str, local: Path) -> None:
+    """Upload LOCAL (a file or a folder) to VOLUME, creating the volume if it
+    does not exist. A folder lands under its own name:
+
+      div storage put training-data ./data   ->  /mnt/training-data/data/
+
+    Files the volume already has (same size and sha256) are skipped, so an
+    interrupted put finishes when run again. At most 256 MB a file."""
+    local = local.resolve()
+    if local.is_dir():
+        root, base = local, local.name
+        rels = regular_files(root, walk_files(root, excluded=False))
+        if not rels:
+            raise click.UsageError(f"{local} has no files to upload")
+    else:
+        root, base, rels = local.parent, "", [local.name]
+    files = hash_files(root, rels)
+    remote = {f.path: f"{base}/{f.path}" if base else f.path for f in files}
+    to_send: set[str] = set()
+    for start in range(0, len(files), PLAN_BATCH):
+        batch = files[start:start + PLAN_BATCH]
+        to_send.update(api.post(f"/volumes/{volume}/plan", {"files": [
+            {"path": remote[f.path], "size": f.size, "sha256": f.sha256} for f in batch]})["send"])
+    sending = [(remote[f.path], f) for f in files if remote[f.path] in to_send]
+    total = sum(f.size for _, f in sending)
+    progress = Progress("put", total)
+    small = [item for item in sending if item[1].size < SMALL_FILE]
+    large = [item for item in sending if item[1].size >= SMALL_FILE]
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        jobs = [pool.submit(_send_bundle, api, volume, items, progress) for items in _bundles(small)]
+        jobs += [pool.submit(_send_file, api, volume, r, f, progress) for r, f in large]
+        try:
+            for job in jobs:
+                job.result()
+        finally:
+            progress.close()
+    target = f"{volume}/{base}" if base else f"{volume}/{local.name}"
+    skipped = len(files) - len(sending)
+    click.echo(f"{count(len(sending), 'file')}, {format_bytes(total)} → {target}"
+               + (f" ({skipped} already there)" if skipped else ""), err=True)
+
+
+@storage.command("ls")
+@click.argument("volume", required=False, callback=_volume)
+@click.argument("path", required=False, default="")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_api
+def ls(api: ApiClient, volume: str | None, path: str, as_json: bool) -> None:
+    """List the org's volumes (size, files), or what is at PATH in VOLUME."""
+    if volume is None:
+        volumes = api.get("/volumes")["volumes"]
+        if as_json:
+            return print_json(volumes)
+        return table(["VOLUME", "SIZE", "FILES"],
+                     [[v["name"], format_bytes(v["size"]), str(v["files"])] for v in volumes])
+    answer = api.get(f"/volumes/{volume}/ls", {"path": path})
+    if as_json:
+        return print_json(answer["entries"])
+    table(["SIZE", "MODIFIED", "NAME"],
+          [["-" if e["type"] == "dir" else format_bytes(e["size"]), _modified(e["mtime"]),
+            e["path"].rsplit("/", 1)[-1] + ("/" if e["type"] == "dir" else "")]
+           for e in answer["entries"]])
+
+
+def _modified(mtime: float) -> str:
+    return started(datetime.fromtimestamp(mtime, timezone.utc).isoformat())
+
+
+def _fetch(api: ApiClient, volume: str, entry: dict, local: Path, progress: Progress) -> bool:
+    """Downloads one file unless it is already complete; resumes a partial
+    one (local.div-part). Returns whether bytes were fetched."""
+    if local.is_file() and local.stat().st_size == entry["size"] \
+            and int(local.stat().st_mtime) == int(entry["mtime"]):
+        return False
+    local.parent.mkdir(parents=True, exist_ok=True)
+    part = local.with_name(local.name + ".div-part")
+    offset = part.stat().st_size if part.exists() else 0
+    if offset > entry["size"]:
+        offset = 0
+    with open(part, "ab" if offset else "wb") as out:
+        if offset < entry["size"]:
+            api.download(f"/volumes/{volume}/files", {"path": entry["path"]}, out, offset,
+                         progress.add)
+    os.replace(part, local)
+    os.utime(local, (entry["mtime"], entry["mtime"]))
+    return True
+
+
+@storage.command("get")
+@click.argument("volume", callback=_volume)
+@click.argument("path", default="")
+@click.argument("dest", required=False, type=click.Path(path_type=Path))
+@pass_api
+def get(api: ApiClient, volume: str, path: str, dest: Path | None) -> None:
+    """Download PATH from VOLUME: a folder into a local folder of the same
+    name (or DEST), a file likewise. Files already complete are skipped and
+    an interrupted download resumes where it stopped. No size limit."""
+    answer = api.get(f"/volumes/{volume}/ls", {"path": path, "recursive": "1"})
+    top = answer["entry"]
+    name = top["path"].rsplit("/", 1)[-1] or volume
+    dest = dest or Path(name)
+    if top["type"] == "file":
+        jobs = [(answer["entries"][0], dest)]
+    else:
+        prefix = top["path"] + "/" if top["path"] else ""
+        jobs = [(e, dest / e["path"][len(prefix):]) for e in answer["entries"]]
+    progress = Progress("get", sum(e["size"] for e, _ in jobs))
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        try:
+            fetched = list(pool.map(lambda job: _fetch(api, volume, job[0], job[1], progress), jobs))
+        finally:
+            progress.close()
+    total = sum(e["size"] for (e, _), got in zip(jobs, fetched) if got)
+    skipped = fetched.count(False)
+    click.echo(f"{count(fetched.count(True), 'file')}, {format_bytes(total)} → {dest}"
+               + (f" ({skipped} already complete)" if skipped else ""), err=True)
+
+
+@storage.command("rm")
+@click.argument("volume", callback=_volume)
+@click.argument("path", required=False)
+@click.option("--yes", is_flag=True, help="Delete a whole volume without asking.")
+@pass_api
+def rm(api: ApiClient, volume: str, path: str | None, yes: bool) -> None:
+    """Delete PATH (a file or a folder) from VOLUME, or with no PATH the whole
+    volume (asks first, unless --yes)."""
+    if path:
+        api.delete(f"/volumes/{volume}/files", {"path": path})
+        click.echo(f"deleted {volume}/{path}", err=True)
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError(f"deleting the whole volume {volume} needs --yes "
+                                   "(no terminal to ask on)")
+        click.confirm(f"Delete the volume {volume} and everything in it?", abort=True)
+    api.delete(f"/volumes/{volume}")
+    click.echo(f"deleted the volume {volume}", err=True)
