@@ -83,9 +83,11 @@ class Stack:
                               env=env or self.div_env(org), capture_output=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
 
-    def api(self, method: str, path: str, org: str = "e2e", **kwargs) -> requests.Response:
+    def api(self, method: str, path: str, org: str = "e2e", headers: dict | None = None,
+            **kwargs) -> requests.Response:
+        headers = {"Authorization": f"Bearer {self.tokens[org]}", **(headers or {})}
         return requests.request(method, f"{self.url}/api/v1{path}", timeout=30,
-                                headers={"Authorization": f"Bearer {self.tokens[org]}"}, **kwargs)
+                                headers=headers, **kwargs)
 
     def run_json(self, name: str, org: str = "e2e") -> dict:
         answer = self.api("GET", f"/runs/{name}", org)

@@ -1,0 +1,192 @@
+"""product-docs/volumes-guide.txt, end to end: `div storage` and runs
+against the real server and cluster."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.stack import VENV_BIN
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tree(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): sha(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_the_guides_walk_through(stack, project, tmp_path):
+    data = project / "data"
+    data.mkdir()
+    (data / "train.parquet").write_bytes(os.urandom(300_000))
+    (data / "labels").mkdir()
+    (data / "labels" / "a.csv").write_text("x,y\n1,2\n")
+    put = stack.div("storage", "put", "training-data", "./data", cwd=project)
+    assert put.returncode == 0, put.stderr
+    assert put.stderr.decode().strip() == "2 files, 300.0 KB → training-data/data"
+
+    (project / "train.py").write_text(
+        "import hashlib, os\n"
+        "data = open('/mnt/training-data/data/train.parquet', 'rb').read()\n"
+        "print(hashlib.sha256(data).hexdigest())\n"
+        "os.makedirs('/mnt/checkpoints/lora-v1/final', exist_ok=True)\n"
+        "open('/mnt/checkpoints/lora-v1/final/weights.bin', 'wb').write(data[:1000])\n"
+        "open('/mnt/checkpoints/lora-v1/final/config.json', 'w').write('{}')\n")
+    (project / ".gitignore").write_text("data/\n")
+    run = stack.div("run", "--gpu", "cpu", "--", "mkdir -p /mnt/checkpoints/lora-v1 && "
+                    "python train.py", cwd=project)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.decode().strip() == sha(data / "train.parquet")
+
+    listed = stack.div("storage", "ls", "checkpoints", "lora-v1", cwd=project)
+    assert re.fullmatch(r"SIZE +MODIFIED +NAME\n- +\S+ \S+ +final/\n", listed.stdout.decode())
+    out = tmp_path / "out"
+    out.mkdir()
+    got = stack.div("storage", "get", "checkpoints", "lora-v1/final", cwd=out)
+    assert got.returncode == 0, got.stderr
+    assert (out / "final" / "weights.bin").read_bytes() == (data / "train.parquet").read_bytes()[:1000]
+    assert (out / "final" / "config.json").read_text() == "{}"
+    volumes = stack.div("storage", "ls", "--json", cwd=project)
+    import json
+    by_name = {v["name"]: v for v in json.loads(volumes.stdout)}
+    assert by_name["training-data"]["files"] == 2 and by_name["checkpoints"]["files"] == 2
+
+
+def test_a_single_file_lands_under_its_name_and_get_skips_what_is_complete(stack, project, tmp_path):
+    (project / "weights.bin").write_bytes(os.urandom(2_000_000))
+    assert stack.div("storage", "put", "single", "weights.bin", cwd=project).returncode == 0
+    assert sha(stack.data_dir / "share/e2e/single/weights.bin") == sha(project / "weights.bin")
+    again = stack.div("storage", "put", "single", "weights.bin", cwd=project)
+    assert again.stderr.decode().strip() == "0 files, 0 B → single/weights.bin (1 already there)"
+    first = stack.div("storage", "get", "single", "weights.bin", cwd=tmp_path)
+    second = stack.div("storage", "get", "single", "weights.bin", cwd=tmp_path)
+    assert first.returncode == second.returncode == 0
+    assert "(1 already complete)" in second.stderr.decode()
+    assert sha(tmp_path / "weights.bin") == sha(project / "weights.bin")
+
+
+def test_a_file_over_256_mb_is_refused_before_any_byte(stack, project):
+    data = project / "data"
+    data.mkdir()
+    (data / "small.txt").write_text("ok")
+    with open(data / "huge.bin", "wb") as f:       # sparse: 257 MB on paper
+        f.truncate(257_000_000)
+    before = stack.server_log.read_text().count("\n")
+    done = stack.div("storage", "put", "big-data", "./data", cwd=project)
+    message = done.stderr.decode()
+    assert done.returncode == 2
+    assert "huge.bin" in message and "256 MB" in message
+    assert "--gpu cpu --no-upload" in message
+    assert stack.server_log.read_text().count("\n") == before
+
+
+def test_an_interrupted_put_leaves_whole_files_and_finishes_next_time(stack, project):
+    data = project / "shards"
+    data.mkdir()
+    for i in range(30):
+        (data / f"shard-{i:02d}.bin").write_bytes(os.urandom(4_000_000))
+    proc = subprocess.Popen([str(VENV_BIN / "div"), "storage", "put", "shards", "./shards"],
+                            cwd=project, env=stack.div_env(), stderr=subprocess.PIPE)
+    landed = stack.data_dir / "share/e2e/shards/shards"
+    deadline = time.monotonic() + 60
+    while not (landed.is_dir() and any(landed.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    partial = tree(landed)
+    assert 0 < len(partial) < 30
+    local = tree(data)
+    assert all(local[name] == digest for name, digest in partial.items())   # no half file
+    time.sleep(1)   # bodies the server had already received still land, whole
+    partial = tree(landed)
+    assert all(local[name] == digest for name, digest in partial.items())
+    again = stack.div("storage", "put", "shards", "./shards", cwd=project)
+    assert again.returncode == 0
+    assert f"({len(partial)} already there)" in again.stderr.decode()
+    assert tree(landed) == local
+
+
+def test_an_interrupted_get_resumes_with_a_range_request(stack, project, tmp_path):
+    (project / "model.bin").write_bytes(os.urandom(200_000_000))
+    assert stack.div("storage", "put", "models", "model.bin", cwd=project).returncode == 0
+    proc = subprocess.Popen([str(VENV_BIN / "div"), "storage", "get", "models", "model.bin"],
+                            cwd=tmp_path, env=stack.div_env(), stderr=subprocess.PIPE)
+    part = tmp_path / "model.bin.div-part"
+    deadline = time.monotonic() + 60
+    while not (part.exists() and part.stat().st_size > 0) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    had = part.stat().st_size
+    assert 0 < had < 200_000_000
+    resumed = stack.div("storage", "get", "models", "model.bin", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert sha(tmp_path / "model.bin") == sha(project / "model.bin")
+    log = stack.server_log.read_text().splitlines()
+    gets = [line for line in log if "GET /api/v1/volumes/models/files" in line]
+    # The second GET asked for the rest only.
+    assert f'" 206 {200_000_000 - had} ' in gets[-1]
+
+
+def test_writes_outside_volumes_are_lost_and_the_log_says_how_much(stack, project):
+    # The volume name is built at run time, so div run cannot see and create it.
+    done = stack.div("run", "--gpu", "cpu", "--no-upload", "--",
+                     'd=/mnt/scr; d=${d}atch; mkdir -p $d && head -c 1500000 /dev/zero > $d/f',
+                     cwd=project)
+    assert done.returncode == 0
+    log = done.stderr.decode().splitlines()
+    assert log[-2] == "1.5 MB written to /mnt/scratch was lost: it is not a volume"
+
+
+def test_paths_that_leave_a_volume_are_refused(stack, project):
+    (project / "f.txt").write_text("x")
+    assert stack.div("storage", "put", "safe", "f.txt", cwd=project).returncode == 0
+    os.symlink("/etc", stack.data_dir / "share/e2e/safe/out")
+    for path in ("../other", "/etc/passwd", "a/../../x", "out/passwd", "a\0b"):
+        for method, route in (("GET", "/volumes/safe/ls"), ("GET", "/volumes/safe/files"),
+                              ("DELETE", "/volumes/safe/files")):
+            answer = stack.api(method, route, params={"path": path})
+            assert answer.status_code == 400, (method, path, answer.text)
+        put = stack.api("PUT", "/volumes/safe/files", params={"path": path}, data=b"x",
+                        headers={"X-Div-Sha256": hashlib.sha256(b"x").hexdigest()})
+        assert put.status_code == 400, (path, put.text)
+    cli = stack.div("storage", "get", "safe", "out/passwd", cwd=project)
+    assert cli.returncode == 1 and b"leads out of the volume" in cli.stderr
+    assert not (project / "passwd").exists()
+    for bad in ("../x", "/x", "UPPER", ".hidden"):
+        assert stack.div("storage", "ls", bad, cwd=project).returncode == 2
+
+
+def test_another_org_never_sees_a_volume_through_the_api_or_a_run(stack, project):
+    (project / "secret.txt").write_text("e2e only")
+    assert stack.div("storage", "put", "private", "secret.txt", cwd=project).returncode == 0
+    for method, route in (("GET", "/volumes/private/ls"), ("GET", "/volumes/private/files"),
+                          ("DELETE", "/volumes/private/files"), ("DELETE", "/volumes/private")):
+        answer = stack.api(method, route, org="other", params={"path": "secret.txt"})
+        assert answer.status_code == 404, (method, route)
+    assert "private" not in stack.api("GET", "/volumes", org="other").text
+    theirs = stack.data_dir / "share/e2e/private/secret.txt"
+    done = stack.div("run", "--gpu", "cpu", "--no-upload", "--",
+                     f"ls /mnt; cat /mnt/private/secret.txt; cat {theirs}; ls {stack.data_dir}",
+                     cwd=project, org="other")
+    # Naming /mnt/private made the other org a volume of its own, empty; the
+    # share's path to e2e's is not there at all inside the run.
+    assert done.stdout == b"private\n"
+    assert list((stack.data_dir / "share/other/private").iterdir()) == []
+    assert theirs.read_text() == "e2e only"
+
+
+def test_deleting_a_whole_volume_asks_or_needs_yes(stack, project):
+    (project / "f.txt").write_text("x")
+    assert stack.div("storage", "put", "doomed", "f.txt", cwd=project).returncode == 0
+    refused = stack.div("storage", "rm", "doomed", cwd=project)
+    assert refused.returncode == 2 and b"--yes" in refused.stderr
+    assert stack.div("storage", "rm", "doomed", "f.txt", cwd=project).returncode == 0
+    assert stack.div("storage", "rm", "doomed", "--yes", cwd=project).returncode == 0
+    assert stack.div("storage", "ls", "doomed", cwd=project).returncode == 1

@@ -1,0 +1,69 @@
+"""The storage service on a real, small filesystem: a full share is a clear
+error that loses nothing already stored."""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+
+import pytest
+
+from app import create_app
+from app.extensions import db
+from app.services.errors import Invalid
+from app.services.orgs import get_or_create_org
+from app.services.storage import ShareFull, clean_path, store_file
+from app.services.volumes import ensure_volume
+
+
+@pytest.fixture
+def small_share(tmp_path):
+    """A 2 MiB tmpfs as the data folder (the tests run as root)."""
+    share = tmp_path / "share"
+    share.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(share)], check=True)
+    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db",
+                      "DIV_DATA_DIR": str(share)})
+    with app.app_context():
+        db.create_all()
+        yield share
+        db.session.remove()
+    subprocess.run(["umount", str(share)], check=True)
+
+
+def _put(org, path: str, data: bytes) -> None:
+    store_file(org, "vol", path, io.BytesIO(data), len(data), hashlib.sha256(data).hexdigest())
+
+
+def test_a_full_share_refuses_the_file_and_keeps_what_was_stored(small_share):
+    org = get_or_create_org("acme")
+    ensure_volume(org, "vol")
+    kept = os.urandom(500_000)
+    _put(org, "kept.bin", kept)
+    _put(org, "kept.bin", kept)   # replacing with the same bytes works too
+    with pytest.raises(ShareFull, match="the share is full.*nothing already stored was lost"):
+        _put(org, "kept.bin", os.urandom(3_000_000))
+    assert (small_share / "share/acme/vol/kept.bin").read_bytes() == kept
+    assert os.listdir(small_share / "share/acme/.uploads") == []
+
+
+def test_a_file_whose_bytes_do_not_match_its_hash_is_not_stored(small_share):
+    org = get_or_create_org("acme")
+    ensure_volume(org, "vol")
+    with pytest.raises(Invalid, match="do not match"):
+        store_file(org, "vol", "x", io.BytesIO(b"abc"), 3, hashlib.sha256(b"abd").hexdigest())
+    assert not (small_share / "share/acme/vol/x").exists()
+
+
+@pytest.mark.parametrize("path", ["..", "a/../b", "/abs", "a\0b"])
+def test_clean_path_refuses(path):
+    with pytest.raises(Invalid):
+        clean_path(path)
+
+
+def test_clean_path_normalises():
+    assert clean_path("./a//b/") == "a/b"
+    assert clean_path("") == ""
+    with pytest.raises(Invalid):
+        clean_path("", allow_root=False)
