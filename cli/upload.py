@@ -105,8 +105,13 @@ def _hash(root: Path, rel: str) -> LocalFile:
 
 
 def hash_files(root: Path, paths: list[str]) -> list[LocalFile]:
-    with ThreadPoolExecutor(PARALLEL) as pool:   # hashlib releases the GIL
-        return list(pool.map(lambda rel: _hash(root, rel), paths))
+    """Large files in threads (hashlib releases the GIL); small ones inline,
+    where a thread hand-off would cost more than the hash."""
+    sizes = {rel: (root / rel).stat().st_size for rel in paths}
+    large = [rel for rel in paths if sizes[rel] >= 1 << 20]
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        hashed = dict(zip(large, pool.map(lambda rel: _hash(root, rel), large)))
+    return [hashed[rel] if rel in hashed else _hash(root, rel) for rel in paths]
 
 
 def format_bytes(size: int) -> str:

@@ -190,3 +190,44 @@ def test_deleting_a_whole_volume_asks_or_needs_yes(stack, project):
     assert stack.div("storage", "rm", "doomed", "f.txt", cwd=project).returncode == 0
     assert stack.div("storage", "rm", "doomed", "--yes", cwd=project).returncode == 0
     assert stack.div("storage", "ls", "doomed", cwd=project).returncode == 1
+
+
+def test_links_inside_the_folder_are_followed_and_links_out_skipped(stack, project):
+    data = project / "linked"
+    data.mkdir()
+    (data / "real.txt").write_text("real")
+    os.symlink("real.txt", data / "alias.txt")
+    os.symlink("/etc/hostname", data / "outside.txt")
+    done = stack.div("storage", "put", "links", "./linked", cwd=project)
+    assert done.returncode == 0
+    assert "skipped outside.txt: a link to outside" in done.stderr.decode()
+    landed = stack.data_dir / "share/e2e/links/linked"
+    assert sorted(p.name for p in landed.iterdir()) == ["alias.txt", "real.txt"]
+    assert (landed / "alias.txt").read_text() == "real" and not (landed / "alias.txt").is_symlink()
+
+
+def test_progress_on_a_terminal_only(stack, project):
+    import pty
+    data = project / "bulk"
+    data.mkdir()
+    for i in range(8):
+        (data / f"{i}.bin").write_bytes(os.urandom(8_000_000))
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([str(VENV_BIN / "div"), "storage", "put", "bulk-tty", "./bulk"],
+                            cwd=project, env=stack.div_env(), stderr=terminal,
+                            stdin=subprocess.DEVNULL)
+    os.close(terminal)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert proc.wait() == 0
+    os.close(controller)
+    assert re.search(rb"\r\x1b\[Kput [\d.]+ [KMG]?B / 64\.0 MB  [\d.]+ [KMG]?B/s  ETA \d+s", seen)
+    piped = stack.div("storage", "put", "bulk-pipe", "./bulk", cwd=project)
+    assert piped.stderr.decode() == "8 files, 64.0 MB → bulk-pipe/bulk\n"

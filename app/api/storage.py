@@ -56,7 +56,9 @@ def volumes_put_file(volume: str):
 @bp.post("/volumes/<volume>/bundle")
 @token_required
 def volumes_put_bundle(volume: str):
-    return jsonify(stored=store_bundle(g.user.org, check_volume_name(volume), request.stream)), 201
+    stored = store_bundle(g.user.org, check_volume_name(volume), request.stream,
+                          request.content_length)
+    return jsonify(stored=stored), 201
 
 
 @bp.get("/volumes/<volume>/files")
