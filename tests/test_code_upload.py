@@ -70,3 +70,16 @@ def test_blobs_are_checked_and_trees_laid_out_once(org, tmp_path):
     assert (root / "run.sh").stat().st_mode & 0o777 == 0o755
     assert not list(root.parent.glob(".tmp-*"))
     assert lay_out_tree(org, "acme-code", entries) == tree
+
+
+def test_a_code_folder_turned_into_a_link_is_refused(org, tmp_path):
+    entries = parse_manifest([entry("a.py", b"A")])
+    store_blob(org, hashlib.sha256(b"A").hexdigest(), io.BytesIO(b"A"), 1)
+    volume = tmp_path / "data" / "share" / "acme" / "acme-code"
+    volume.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (volume / "code").symlink_to(outside)
+    with pytest.raises(Invalid, match="symlink"):
+        lay_out_tree(org, "acme-code", entries)
+    assert list(outside.iterdir()) == []

@@ -11,7 +11,7 @@ import pytest
 
 from app import create_app
 from app.extensions import db
-from app.services.errors import Invalid
+from app.services.errors import Invalid, Unavailable
 from app.services.orgs import get_or_create_org
 from app.services.storage import ShareFull, clean_path, store_file
 from app.services.volumes import ensure_volume
@@ -29,7 +29,7 @@ def small_share(tmp_path):
         db.create_all()
         yield share
         db.session.remove()
-    subprocess.run(["umount", str(share)], check=True)
+    subprocess.run(["umount", str(share)], check=False)   # a test may have done it
 
 
 def _put(org, path: str, data: bytes) -> None:
@@ -67,3 +67,12 @@ def test_clean_path_normalises():
     assert clean_path("") == ""
     with pytest.raises(Invalid):
         clean_path("", allow_root=False)
+
+
+def test_a_share_that_is_gone_is_a_clear_error(small_share):
+    org = get_or_create_org("acme")
+    ensure_volume(org, "vol")
+    _put(org, "kept.bin", b"kept")
+    subprocess.run(["umount", str(small_share)], check=True)
+    with pytest.raises(Unavailable, match="the share is not available"):
+        _put(org, "new.bin", b"new")

@@ -131,8 +131,12 @@ def lay_out_tree(org: Org, volume: str, entries: list[FileEntry]) -> Tree:
     if missing:
         raise MissingBlobs(missing)
     full = tree_hash(entries)
-    code = os.path.join(ensure_volume(org, volume), "code")
+    code = os.path.join(os.path.realpath(ensure_volume(org, volume)), "code")
     os.makedirs(code, exist_ok=True)
+    # Runs can write to the volume: a `code` that became a link must not
+    # lead the server's writes out of it.
+    if os.path.realpath(code) != code:
+        raise Invalid(f"{volume}/code is a symlink; remove it (div storage rm {volume} code)")
     name = _tree_name(code, full)
     target = os.path.join(code, name)
     if not os.path.isdir(target):

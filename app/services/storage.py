@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from app.extensions import db
 from app.models import Org, Volume
 from app.services.errors import Conflict, Invalid, NotFound, ServiceError, Unavailable
-from app.services.volumes import check_volume_name, ensure_volume, org_dir, volume_dir
+from app.services.volumes import (check_volume_name, data_path, ensure_volume, org_dir,
+                                  volume_dir)
 
 MAX_FILE_BYTES = 256 * 1000 * 1000   # the guide: at most 256 MB a file
 MAX_FILE_SECONDS = 300               # and 5 minutes to upload it
@@ -79,6 +80,9 @@ class Resolver:
 
     def __init__(self, org: Org, volume: str):
         self.root = os.path.realpath(volume_dir(org, volume))
+        if not os.path.isdir(data_path("share")):
+            raise Unavailable("the share is not available (not mounted?); "
+                              "nothing already stored was lost")
         if not os.path.isdir(self.root):
             raise NotFound(f"no volume named {volume!r}")
         self._parents: dict[str, str] = {}
