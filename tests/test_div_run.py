@@ -248,10 +248,10 @@ def test_a_folder_with_nothing_to_upload_is_an_error(stack, project):
 
 def test_volumes_named_in_the_command_exist_before_the_run(stack, project):
     done = stack.div("run", "--gpu", "cpu", "--no-upload", "--",
-                     "mkdir -p /mnt/checkpoints/lora-v1 && echo w > /mnt/checkpoints/lora-v1/final",
+                     "mkdir -p /mnt/ckpts/lora-v1 && echo w > /mnt/ckpts/lora-v1/final",
                      cwd=project)
     assert done.returncode == 0, done.stderr
-    saved = stack.data_dir / "share" / "e2e" / "checkpoints" / "lora-v1" / "final"
+    saved = stack.data_dir / "share" / "e2e" / "ckpts" / "lora-v1" / "final"
     assert saved.read_text() == "w\n"
     assert b"was lost" not in done.stderr
 
