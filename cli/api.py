@@ -47,7 +47,8 @@ class ApiClient:
 
     def _new_connection(self) -> http.client.HTTPConnection:
         kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        return kind(self._host, self._port, timeout=TIMEOUT)
+        # http.client sends a file body 8 KB a syscall by default.
+        return kind(self._host, self._port, timeout=TIMEOUT, blocksize=CHUNK)
 
     def _send(self, method: str, path: str, params: dict | None, body, headers: dict,
               fresh: bool) -> http.client.HTTPResponse:
