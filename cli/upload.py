@@ -94,9 +94,9 @@ def _hash(root: Path, rel: str) -> LocalFile:
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
         raise click.UsageError(
-            f"{rel} is {size / 1e6:.0f} MB; uploaded files may be at most 256 MB. Keep data "
-            "on a volume (div storage put), or download it inside a run "
-            "(div run --gpu cpu --no-upload -- ...)")
+            f"{rel} is {size / 1e6:.0f} MB; uploaded files may be at most 256 MB. Download "
+            "large files inside a run, straight to a volume: div run --gpu cpu --no-upload "
+            "-- '<download> /mnt/<volume>/...' (the volumes guide, Large files)")
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
