@@ -19,6 +19,8 @@ def create_app(test_config: dict | None = None) -> Flask:
     if app.config["SQLALCHEMY_DATABASE_URI"] is None:
         app.config["SQLALCHEMY_DATABASE_URI"] = (
             "sqlite:///" + os.path.join(app.instance_path, "divergent.db"))
+    if app.config["DIV_PRICES_FILE"] is None:
+        app.config["DIV_PRICES_FILE"] = os.path.join(app.instance_path, "prices.toml")
     if app.config["DIV_DATA_DIR"] is None:
         app.config["DIV_DATA_DIR"] = os.path.join(app.instance_path, "data")
 
@@ -30,6 +32,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     app.register_blueprint(api_bp, url_prefix="/api/v1")
 
     from app.commands import commands
-    for command in commands:
+    from app.money_commands import commands as money_commands
+    for command in commands + money_commands:
         app.cli.add_command(command)
     return app

@@ -21,5 +21,8 @@ class Config:
     # volumes, runs/<org>/<run> each run's state folder, blobs/<org> the
     # uploaded code by hash. Every node of the cluster must see the same path.
     DIV_DATA_DIR = os.environ.get("DIV_DATA_DIR")
+    # The site's price table (TOML; `flask prices`); None: instance/prices.toml.
+    # Without the file, the docs' prices.
+    DIV_PRICES_FILE = os.environ.get("DIV_PRICES_FILE")
     # Seconds between the reconciler's Slurm queries.
     DIV_RECONCILE_INTERVAL = float(os.environ.get("DIV_RECONCILE_INTERVAL", "1.0"))

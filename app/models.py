@@ -126,11 +126,18 @@ class Run(db.Model):
     rate_micros_per_hour: Mapped[int] = mapped_column(sa.BigInteger)
     max_spend_micros: Mapped[int | None] = mapped_column(sa.BigInteger)
     time_limit_minutes: Mapped[int | None]
+    # What set --time: "spend" (--max-spend) or "org" (what the org's monthly
+    # limit had left); a TIMEOUT then means budget_exceeded or limit_reached.
+    time_limit_by: Mapped[str | None] = mapped_column(sa.String(8))
     cost_micros: Mapped[int] = mapped_column(sa.BigInteger, default=0)
 
     exit_code: Mapped[int | None]
     elapsed_seconds: Mapped[int | None]
     metrics: Mapped[dict] = mapped_column(sa.JSON, default=dict)
+    # How far the reconciler has read the run's metrics.jsonl, and what it saw.
+    metrics_offset: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    metrics_points: Mapped[int] = mapped_column(default=0)
+    metrics_malformed: Mapped[int] = mapped_column(default=0)
     checks: Mapped[list] = mapped_column(sa.JSON, default=list)
 
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -13,10 +13,13 @@ import time
 from datetime import datetime, timezone
 
 from app.extensions import db
-from app.models import Run
+from app.models import Org, Run
 from app.services import leases
+from app.services.checks import verdict
+from app.services.metrics import MetricsRead, read_metrics
 from app.services.pricing import cost
-from app.services.runs import LIVE
+from app.services.runs import LIVE, run_dir, run_json
+from app.services.usage import month_spend
 from app.services.slurm_access import slurm_client
 from slurm.client import SlurmError
 from slurm.records import JobRecord, run_status
@@ -29,9 +32,12 @@ def _moment(epoch: int | None) -> datetime | None:
     return datetime.fromtimestamp(epoch, timezone.utc) if epoch else None
 
 
-def settle(run: Run, record: JobRecord) -> None:
-    """Moves a run to what Slurm says of its job."""
+def settle(run: Run, record: JobRecord, state_dir: str | None = None) -> None:
+    """Moves a run to what Slurm says of its job; reads its new metrics from
+    `state_dir` and, once it has ended, gives its checks their verdicts."""
     status = run_status(record, run.stopped_for)
+    if status == "budget_exceeded" and run.time_limit_by == "org":
+        status = "limit_reached"   # the --time the org's limit left ran out
     if status not in LIVE and not record.finished:
         # squeue already says COMPLETED but sacct has no end or exit code
         # yet: the run has ended only once its final record is there.
@@ -41,12 +47,47 @@ def settle(run: Run, record: JobRecord) -> None:
     if record.elapsed_seconds is not None:
         run.elapsed_seconds = record.elapsed_seconds
     if run.started_at is not None:
-        run.cost_micros = cost(run.rate_micros_per_hour, run.elapsed_seconds or 0)
+        run.cost_micros = cost(run.rate_micros_per_hour, run.elapsed_seconds or 0,
+                               run.time_limit_minutes)
     if record.finished:
         run.slurm_state = record.state
         run.exit_code = record.exit_code
         run.ended_at = _moment(record.end)
     run.status = status
+    if state_dir is not None and run.started_at is not None:
+        _read_metrics(run, state_dir, final=record.finished)
+    if record.finished and run.checks:
+        document = run_json(run)
+        run.checks = [verdict(document, c["check"]) for c in run.checks]
+
+
+def _read_metrics(run: Run, state_dir: str, final: bool) -> None:
+    seen = MetricsRead(dict(run.metrics or {}), run.metrics_points or 0,
+                       run.metrics_malformed or 0, run.metrics_offset or 0)
+    read_metrics(os.path.join(state_dir, "metrics.jsonl"), seen, final=final)
+    if seen.offset != (run.metrics_offset or 0):
+        run.metrics = seen.last   # a new dict, so the JSON column sees the change
+        run.metrics_points, run.metrics_malformed = seen.points, seen.malformed
+        run.metrics_offset = seen.offset
+
+
+def stop_orgs_at_their_limit(live: list[Run]) -> None:
+    """Cancels the live runs of each org whose month's spend (live runs'
+    accrued cost included) has reached its limit; they end limit_reached."""
+    orgs = {run.org_id: run for run in live if run.status in LIVE}
+    for org_id in orgs:
+        org = db.session.get(Org, org_id)
+        if org.monthly_limit_micros is None or month_spend(org) < org.monthly_limit_micros:
+            continue
+        for run in live:
+            if run.org_id == org_id and run.status in LIVE and run.stopped_for is None:
+                log.info("stopping %s: org %s reached its usage limit", run.name, org.name)
+                try:
+                    slurm_client().cancel(run.slurm_job_id)
+                except SlurmError as exc:
+                    log.warning("could not stop %s: %s", run.name, exc)
+                    continue
+                run.stopped_for = "limit_reached"
 
 
 def reconcile_once() -> int:
@@ -56,14 +97,18 @@ def reconcile_once() -> int:
     if not live:
         return 0
     records = slurm_client().query([run.slurm_job_id for run in live])
+    orgs = {org.id: org for org in db.session.execute(
+        db.select(Org).where(Org.id.in_({run.org_id for run in live}))).scalars()}
     changed = 0
     for run in live:
         record = records.get(run.slurm_job_id)
         if record is None:
             continue   # just submitted: neither squeue nor sacct has it yet
         before = (run.status, run.pending_reason, run.elapsed_seconds)
-        settle(run, record)
+        settle(run, record, run_dir(orgs[run.org_id], run.name))
         changed += before != (run.status, run.pending_reason, run.elapsed_seconds)
+    db.session.flush()
+    stop_orgs_at_their_limit(live)
     db.session.commit()
     return changed
 

@@ -7,6 +7,7 @@ from cli.login import login
 from cli.run import run
 from cli.runs import logs, ls, stop
 from cli.storage import storage
+from cli.usage import usage
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -15,5 +16,5 @@ def cli() -> None:
     """divergent: run code on your organisation's GPUs."""
 
 
-for command in (run, logs, stop, ls, login, storage):
+for command in (run, logs, stop, ls, login, storage, usage):
     cli.add_command(command)

@@ -2,4 +2,4 @@ from flask import Blueprint
 
 bp = Blueprint("api", __name__)
 
-from app.api import code, errors, routes, runs, storage  # noqa: E402,F401
+from app.api import code, errors, routes, runs, storage, usage  # noqa: E402,F401

@@ -4,7 +4,10 @@ as Slurm's --time, and the cost of elapsed seconds (per started minute, one
 minute minimum)."""
 from __future__ import annotations
 
+import os
+import tomllib
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 
 MICROS = 1_000_000
 
@@ -34,14 +37,69 @@ class PriceTable:
                 + extra_gib * self.extra_gib_hour)
 
 
+def micros(text: str) -> int:
+    """Dollars as written in the price file ("4.80") to micro-dollars."""
+    try:
+        amount = Decimal(str(text))
+    except InvalidOperation:
+        raise ValueError(f"{text!r} is not an amount in dollars") from None
+    if not amount.is_finite() or amount < 0 or amount.as_tuple().exponent < -6:
+        raise ValueError(f"{text!r}: a price is dollars, at least 0, at most 6 decimals")
+    return int(amount * MICROS)
+
+
+def load_prices(path: str) -> PriceTable:
+    """The site's price file (TOML), or the docs' table when there is none:
+
+        [per_gpu_hour]
+        h100 = "4.80"
+        [extra]
+        core_hour = "0.15"
+        gib_hour = "0.03"
+
+    Prices are strings, so no price is ever a float."""
+    if not os.path.exists(path):
+        return PriceTable()
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    default = PriceTable()
+    per_unit = dict(default.per_unit_hour)
+    for gpu, price in data.get("per_gpu_hour", {}).items():
+        if gpu not in per_unit:
+            raise ValueError(f"{path}: unknown GPU type {gpu!r}")
+        per_unit[gpu] = micros(price)
+    extra = data.get("extra", {})
+    return PriceTable(per_unit,
+                      micros(extra.get("core_hour", usd_text(default.extra_core_hour))),
+                      micros(extra.get("gib_hour", usd_text(default.extra_gib_hour))))
+
+
+def save_prices(path: str, table: PriceTable) -> None:
+    lines = ["# divergent's prices, per hour (flask prices). New runs use them;",
+             "# a run keeps the rate it started with.", "[per_gpu_hour]"]
+    lines += [f'{gpu} = "{usd_text(price)}"' for gpu, price in table.per_unit_hour.items()]
+    lines += ["[extra]", f'core_hour = "{usd_text(table.extra_core_hour)}"',
+              f'gib_hour = "{usd_text(table.extra_gib_hour)}"']
+    temp = f"{path}.tmp"
+    with open(temp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(temp, path)
+
+
 def minutes_for(budget_micros: int, rate_micros_per_hour: int) -> int:
     """Whole minutes a budget buys: floor(budget / (rate / 60))."""
     return budget_micros * 60 // rate_micros_per_hour
 
 
-def cost(rate_micros_per_hour: int, elapsed_seconds: int) -> int:
-    """Billed per started minute, one minute minimum."""
+def cost(rate_micros_per_hour: int, elapsed_seconds: int,
+         limit_minutes: int | None = None) -> int:
+    """Billed per started minute, one minute minimum, and never past the
+    run's time limit: Slurm ends a job up to a minute after its --time (its
+    timer's grain and KillWait), which is Slurm's slack, not the user's, so
+    a run stopped at its spend limit never costs more than that limit."""
     minutes = max(1, -(-elapsed_seconds // 60))
+    if limit_minutes is not None:
+        minutes = min(minutes, limit_minutes)
     return rate_micros_per_hour * minutes // 60
 
 

@@ -3,6 +3,7 @@ hardware, the header line before its log and the last line after it."""
 from __future__ import annotations
 
 from app.models import Run
+from app.services.checks import summary as checks_summary
 from app.services.pricing import PriceTable, format_minutes, format_usd
 from slurm.reasons import explain_pending
 
@@ -33,10 +34,14 @@ def hardware(run: Run) -> str:
 def header_line(run: Run) -> str:
     """run-k4t9 H100 $4.80/h max spend $5.00 (about 1h 2m)"""
     rate = f"{run.name} {hardware(run)} {format_usd(run.rate_micros_per_hour)}/h"
+    about = format_minutes(run.time_limit_minutes or 0)
+    spend = ("no spend limit" if run.max_spend_micros is None
+             else f"max spend {format_usd(run.max_spend_micros)}")
+    if run.time_limit_by == "org":
+        return f"{rate} {spend}; the org's usage limit leaves about {about}"
     if run.max_spend_micros is None:
         return f"{rate} no spend limit"
-    return (f"{rate} max spend {format_usd(run.max_spend_micros)} "
-            f"(about {format_minutes(run.time_limit_minutes or 0)})")
+    return f"{rate} {spend} (about {about})"
 
 
 def waiting_text(run: Run) -> str | None:
@@ -46,7 +51,14 @@ def waiting_text(run: Run) -> str | None:
 
 
 def summary_line(run: Run) -> str | None:
-    """The last line for a run that has ended, by the docs' Output table."""
+    """The last line for a run that has ended, by the docs' Output table,
+    with the checks' tally when it has checks."""
+    line = _ended_line(run)
+    tally = checks_summary(run.checks or [])
+    return line + tally if line and tally else line
+
+
+def _ended_line(run: Run) -> str | None:
     took, spent = format_duration(run.elapsed_seconds), format_usd(run.cost_micros)
     if run.status == "succeeded":
         return f"{run.name} finished in {took} and spent {spent}"

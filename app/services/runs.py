@@ -9,15 +9,18 @@ import string
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from flask import current_app
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import selectinload
 
 from app.extensions import db
 from app.models import Org, Project, Run, User
+from app.services.checks import parse_check
 from app.services.errors import Conflict, Invalid, NotFound, Refused, Unavailable
-from app.services.pricing import MICROS, PriceTable, minutes_for, usd_text
+from app.services.pricing import MICROS, PriceTable, load_prices, minutes_for, usd_text
 from app.services.run_text import waiting_text
 from app.services.slurm_access import ensure_org_account, slurm_client, slurm_site
+from app.services.usage import minutes_left
 from app.services.volumes import (check_volume_name, data_path, ensure_volume, org_dir,
                                   volumes_in_command)
 from slurm.client import SlurmError, SubmitRefused
@@ -29,7 +32,6 @@ GPU_TYPES = ("b300", "h200", "h100", "l40s", "cpu")
 MAX_CORES_PER_NODE, MAX_GIB_PER_NODE = 64, 336
 LIVE = ("queued", "running")
 CODE_REF = re.compile(r"^([a-z0-9_-][a-z0-9._-]{0,62})/code/([0-9a-f]{8,64})$")
-CHECK = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(>=|<=|==|!=|>|<).+$")
 MAX_TELEMETRY_BYTES = 64 * 1024
 
 
@@ -120,12 +122,33 @@ def _validate(req: RunRequest) -> None:
         if not ENV_KEY.fullmatch(key) or "\0" in value:
             raise Invalid(f"invalid env variable {key!r}")
     for check in req.checks:
-        if not CHECK.fullmatch(check):
-            raise Invalid(f"invalid check {check!r}: <path><operator><value>")
+        parse_check(check)
     if req.telemetry is not None and len(req.telemetry.encode()) > MAX_TELEMETRY_BYTES:
         raise Invalid("telemetry.toml may be at most 64 KiB")
     if req.code_ref is not None and not CODE_REF.fullmatch(req.code_ref):
         raise Invalid(f"invalid code reference {req.code_ref!r}")
+
+
+def current_prices() -> PriceTable:
+    try:
+        return load_prices(current_app.config["DIV_PRICES_FILE"])
+    except (ValueError, OSError) as exc:
+        raise Unavailable(f"the site's price table is broken: {exc}") from None
+
+
+def _time_limit(org: Org, max_spend: int | None, rate: int) -> tuple[int | None, str | None]:
+    """Slurm's --time: what the spend limit buys, capped by what the org's
+    monthly limit has left (DESIGN.md "Money"), and which of the two set it."""
+    spend_minutes = None
+    if max_spend is not None:
+        spend_minutes = minutes_for(max_spend, rate)
+        if spend_minutes < 1:
+            raise Invalid(f"a max spend of {usd_text(max_spend)} buys less than "
+                          f"a minute at ${usd_text(rate)}/h")
+    org_minutes = minutes_left(org, rate)
+    if org_minutes is not None and (spend_minutes is None or org_minutes < spend_minutes):
+        return org_minutes, "org"
+    return spend_minutes, "spend" if spend_minutes is not None else None
 
 
 def run_dir(org: Org, name: str) -> str:
@@ -163,17 +186,12 @@ def _insert_with_name(run: Run, wanted: str | None) -> None:
 
 def create_run(user: User, req: RunRequest) -> Run:
     org = user.org
-    prices = PriceTable()
+    prices = current_prices()
     units = req.gpus
     cpus = req.cpus or units
     memory = req.memory_gib or units * prices.included_gib(req.gpu)
     rate = prices.rate(req.gpu, units, cpus, memory)
-    minutes = None
-    if req.max_spend_micros is not None:
-        minutes = minutes_for(req.max_spend_micros, rate)
-        if minutes < 1:
-            raise Invalid(f"a max spend of {usd_text(req.max_spend_micros)} buys less than "
-                          f"a minute at ${usd_text(rate)}/h")
+    minutes, limited_by = _time_limit(org, req.max_spend_micros, rate)
     code_dir = None
     if req.code_ref:
         volume, _, _ = req.code_ref.partition("/")
@@ -189,7 +207,8 @@ def create_run(user: User, req: RunRequest) -> Run:
               image=req.image, command=req.command, env=req.env, code_ref=req.code_ref,
               telemetry=req.telemetry, rate_micros_per_hour=rate,
               max_spend_micros=req.max_spend_micros, time_limit_minutes=minutes,
-              checks=[{"check": c, "verdict": None} for c in req.checks])
+              time_limit_by=limited_by,
+              checks=[{"check": c, "verdict": None, "value": None} for c in req.checks])
     _insert_with_name(run, req.name)
     state = run_dir(org, run.name)
     os.makedirs(state, exist_ok=True)
@@ -266,6 +285,7 @@ def run_json(run: Run) -> dict:
         "rate": usd_text(run.rate_micros_per_hour), "cost": usd_text(run.cost_micros),
         "max_spend": usd_text(run.max_spend_micros) if run.max_spend_micros else None,
         "time_limit_minutes": run.time_limit_minutes,
-        "metrics": run.metrics or {}, "checks": run.checks or [],
+        "metrics": run.metrics or {}, "metrics_points": run.metrics_points or 0,
+        "metrics_malformed": run.metrics_malformed or 0, "checks": run.checks or [],
         "slurm_job_id": run.slurm_job_id,
     }

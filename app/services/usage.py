@@ -1,0 +1,77 @@
+"""An org's spend per calendar month (UTC): what its runs cost, by project
+and GPU type, against its monthly limit, and what a new run may spend."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import sqlalchemy as sa
+
+from app.extensions import db
+from app.models import Org, Project, Run, utcnow
+from app.services.errors import Invalid, ServiceError
+from app.services.pricing import format_usd
+
+
+class LimitReached(ServiceError):
+    status = 403
+
+
+def month_bounds(month: str | None = None) -> tuple[datetime, datetime, str]:
+    """[start, end) of a month given as YYYY-MM (default: this one)."""
+    if month is None:
+        now = utcnow()
+        year, number = now.year, now.month
+    else:
+        try:
+            year, number = (int(part) for part in month.split("-"))
+            datetime(year, number, 1)
+        except ValueError:
+            raise Invalid(f"month {month!r}: use YYYY-MM") from None
+    start = datetime(year, number, 1, tzinfo=timezone.utc)
+    end = datetime(year + (number == 12), number % 12 + 1, 1, tzinfo=timezone.utc)
+    return start, end, f"{year:04d}-{number:02d}"
+
+
+def _in_month(org: Org, start: datetime, end: datetime):
+    return sa.and_(Run.org_id == org.id, Run.created_at >= start, Run.created_at < end)
+
+
+def month_spend(org: Org, month: str | None = None) -> int:
+    start, end, _ = month_bounds(month)
+    total = db.session.execute(
+        sa.select(sa.func.coalesce(sa.func.sum(Run.cost_micros), 0)).where(
+            _in_month(org, start, end))).scalar_one()
+    return int(total)
+
+
+def usage_report(org: Org, month: str | None = None) -> dict:
+    start, end, label = month_bounds(month)
+    where = _in_month(org, start, end)
+    by_project = db.session.execute(
+        sa.select(Project.name, sa.func.sum(Run.cost_micros), sa.func.count())
+        .join(Project, Project.id == Run.project_id).where(where)
+        .group_by(Project.name).order_by(Project.name)).all()
+    by_gpu = db.session.execute(
+        sa.select(Run.gpu_type, sa.func.sum(Run.cost_micros), sa.func.count())
+        .where(where).group_by(Run.gpu_type).order_by(Run.gpu_type)).all()
+    spent = sum(int(row[1]) for row in by_project)
+    limit = org.monthly_limit_micros
+    return {"month": label, "spent_micros": spent, "limit_micros": limit,
+            "left_micros": None if limit is None else max(0, limit - spent),
+            "projects": [{"project": p, "cost_micros": int(c), "runs": n} for p, c, n in by_project],
+            "gpus": [{"gpu": g, "cost_micros": int(c), "runs": n} for g, c, n in by_gpu]}
+
+
+def minutes_left(org: Org, rate_micros_per_hour: int) -> int | None:
+    """Whole minutes a new run at this rate may run before the org reaches its
+    limit (None: no limit). Refuses a run that would start over it."""
+    if org.monthly_limit_micros is None:
+        return None
+    spent = month_spend(org)
+    left = org.monthly_limit_micros - spent
+    minutes = max(0, left) * 60 // rate_micros_per_hour
+    if minutes < 1:
+        raise LimitReached(
+            f"the org's usage limit of {format_usd(org.monthly_limit_micros)} a month is reached "
+            f"({format_usd(spent)} spent this month); an admin can raise it")
+    return minutes
