@@ -1,0 +1,120 @@
+"""Money, metrics and checks, end to end (product-docs: Pricing, Container
+size, Check syntax, Output): spend limits enforced by Slurm, the org's
+monthly limit, per-minute billing that reconciles with sacct, --check."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+
+from tests.stack import VENV_BIN
+
+
+def last_line(done) -> str:
+    return done.stderr.decode().splitlines()[-1]
+
+
+def test_a_spend_limit_stops_the_run_budget_exceeded(stack, project):
+    # $0.05 at L40S's $2.55/h buys one minute (floor of 1.17).
+    done = stack.div("run", "--gpu", "l40s", "--max-spend", "0.05", "--no-upload", "--name",
+                     "over-budget", "--", "echo started; sleep 300", cwd=project, timeout=180)
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines()[0] == (
+        "over-budget L40S $2.55/h max spend $0.05 (about 1m)")
+    assert re.fullmatch(r"over-budget reached its spend limit of \$0\.05 after 1m \d+s",
+                        last_line(done))
+    run = stack.run_json("over-budget")
+    # Billed one minute: Slurm's grace after --time is not the user's.
+    assert (run["status"], run["cost"], run["time_limit_minutes"]) == ("budget_exceeded", "0.0425", 1)
+
+
+def test_the_orgs_monthly_limit_caps_stops_and_refuses_runs(stack, project):
+    stack.add_org("limited")
+    stack.flask("org-limit", "limited", "10")
+    proc = subprocess.Popen([str(VENV_BIN / "div"), "run", "--gpu", "cpu", "--no-upload",
+                             "--name", "lim-running", "--", "echo started; sleep 300"],
+                            cwd=project, env=stack.div_env("limited"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"started\n"
+    # An admin lowers the limit below what the month has cost: the reconciler stops the run.
+    stack.flask("org-limit", "limited", "0.001")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert re.fullmatch(r"lim-running reached the org's usage limit after \d+s and spent \$0\.01",
+                        err.decode().splitlines()[-1])
+    assert stack.run_json("lim-running", org="limited")["status"] == "limit_reached"
+
+    refused = stack.div("run", "--gpu", "cpu", "--no-upload", "--", "true", cwd=project,
+                        org="limited")
+    assert refused.returncode == 1
+    assert "the org's usage limit of $0.00 a month is reached" in refused.stderr.decode()
+
+    # A limit with room for one minute of L40S: --time is capped, and the run
+    # that runs out of it ends limit_reached, not budget_exceeded.
+    stack.flask("org-limit", "limited", "0.06")
+    capped = stack.div("run", "--gpu", "l40s", "--no-upload", "--name", "lim-capped", "--",
+                       "sleep 300", cwd=project, org="limited", timeout=180)
+    assert capped.stderr.decode().splitlines()[0] == (
+        "lim-capped L40S $2.55/h no spend limit; the org's usage limit leaves about 1m")
+    assert capped.returncode == 1
+    assert stack.run_json("lim-capped", org="limited")["status"] == "limit_reached"
+
+    usage = stack.div("usage", "--json", cwd=project, org="limited")
+    report = json.loads(usage.stdout)
+    assert (report["limit"], report["spent"]) == ("0.06", "0.0475")
+    assert {g["gpu"]: g["cost"] for g in report["gpus"]} == {"cpu": "0.005", "l40s": "0.0425"}
+
+
+def test_checks_get_verdicts_and_never_change_the_exit_code(stack, project):
+    (project / "eval.py").write_text(
+        "import json, os, sys\n"
+        "with open(os.environ['DIV_METRICS'], 'a') as f:\n"
+        "    for step in range(3):\n"
+        "        f.write(json.dumps({'step': step, 'loss': 0.9 - step * 0.1,\n"
+        "                            'accuracy': 0.6 + step * 0.1}) + '\\n')\n"
+        "    f.write('{not json\\n')\n"
+        "    f.write('[1, 2]\\n')\n"
+        "sys.exit(int(sys.argv[1]))\n")
+    checks = ["--check", "metrics.accuracy>=0.8", "--check", "metrics.loss<0.6",
+              "--check", "metrics.f1>0.5", "--check", "exit_code==0"]
+    done = stack.div("run", "--gpu", "cpu", "--json", *checks, "--", "python eval.py 0",
+                     cwd=project)
+    assert done.returncode == 0
+    assert last_line(done).endswith(" · passed 2 of 4 checks")
+    run = json.loads(done.stdout)
+    assert [(c["check"], c["verdict"], c["value"]) for c in run["checks"]] == [
+        ("metrics.accuracy>=0.8", "passed", 0.8),
+        ("metrics.loss<0.6", "failed", 0.7),
+        ("metrics.f1>0.5", "unknown", None),
+        ("exit_code==0", "passed", 0)]
+    assert run["metrics"] == {"step": 2, "loss": 0.7, "accuracy": 0.8}
+    assert (run["metrics_points"], run["metrics_malformed"]) == (3, 2)
+
+    failing = stack.div("run", "--gpu", "cpu", *checks, "--", "python eval.py 3", cwd=project)
+    assert failing.returncode == 3
+    assert last_line(failing).endswith("with exit code 3 and spent $0.01 · passed 1 of 4 checks")
+
+
+def test_prices_are_site_configuration_and_runs_keep_their_rate(stack, project):
+    before = stack.div("run", "--gpu", "cpu", "-d", "--json", "--no-upload", "--", "true",
+                       cwd=project)
+    try:
+        stack.flask("prices", "--set", "cpu=0.60", "--set", "extra_gib=0.05")
+        after = stack.div("run", "--gpu", "cpu", "--memory", "4", "--max-spend", "0.07", "-d",
+                          "--json", "--no-upload", "--", "true", cwd=project)
+    finally:
+        stack.flask("prices", "--set", "cpu=0.30", "--set", "extra_gib=0.03")
+    started = json.loads(after.stdout)
+    assert started["rate"] == "0.70"                 # $0.60 + 2 extra GiB x $0.05
+    assert started["time_limit_minutes"] == 6        # $0.07 at $0.70/h
+    assert stack.run_json(json.loads(before.stdout)["name"])["rate"] == "0.30"
+
+
+def test_charges_reconcile_with_sacct_to_the_cent(stack, project):
+    # With the spend- and limit-stopped runs of the tests before: a mix.
+    for command in ("true", "exit 2"):
+        stack.div("run", "--gpu", "h100", "--no-upload", "--", command, cwd=project, timeout=120)
+    done = stack.flask("charges", check=False)
+    assert done.returncode == 0, done.stdout
+    assert re.search(r"\d+ runs, billed \$[\d.]+, difference \$0\.00$", done.stdout.strip())
