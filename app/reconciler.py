@@ -62,9 +62,15 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None) -> None:
 
 
 def _read_metrics(run: Run, state_dir: str, final: bool) -> None:
+    path = os.path.join(state_dir, "metrics.jsonl")
+    try:
+        if os.stat(path).st_size <= (run.metrics_offset or 0):
+            return   # nothing new: most runs, most cycles
+    except FileNotFoundError:
+        return
     seen = MetricsRead(dict(run.metrics or {}), run.metrics_points or 0,
                        run.metrics_malformed or 0, run.metrics_offset or 0)
-    read_metrics(os.path.join(state_dir, "metrics.jsonl"), seen, final=final)
+    read_metrics(path, seen, final=final)
     if seen.offset != (run.metrics_offset or 0):
         run.metrics = seen.last   # a new dict, so the JSON column sees the change
         run.metrics_points, run.metrics_malformed = seen.points, seen.malformed
