@@ -111,10 +111,26 @@ def test_prices_are_site_configuration_and_runs_keep_their_rate(stack, project):
     assert stack.run_json(json.loads(before.stdout)["name"])["rate"] == "0.30"
 
 
-def test_charges_reconcile_with_sacct_to_the_cent(stack, project):
+def test_per_minute_billing_from_sacct_and_charges_reconcile_to_the_cent(stack, project):
+    names = {}
+    for seconds in (5, 65):
+        done = stack.div("run", "--gpu", "h100", "-d", "--no-upload", "--name", f"bill-{seconds}",
+                         "--", f"sleep {seconds}", cwd=project)
+        assert done.returncode == 0, done.stderr
+        names[seconds] = f"bill-{seconds}"
+    failed = stack.div("run", "--gpu", "h100", "--no-upload", "--", "exit 2", cwd=project)
+    assert failed.returncode == 2
+    runs = {s: stack.wait_for_status(name, "succeeded", timeout=150) for s, name in names.items()}
+    for seconds, run in runs.items():
+        sacct = subprocess.run(["sacct", "-n", "-X", "-P", "-j", run["slurm_job_id"],
+                                "-o", "ElapsedRaw"], capture_output=True, text=True, check=True)
+        elapsed = int(sacct.stdout.split()[0])
+        assert run["duration"] == elapsed
+        minutes = max(1, -(-elapsed // 60))
+        assert minutes == (1 if seconds == 5 else 2)
+        # $4.80/h is 80,000 micro-dollars a started minute.
+        assert run["cost"] == {1: "0.08", 2: "0.16"}[minutes]
     # With the spend- and limit-stopped runs of the tests before: a mix.
-    for command in ("true", "exit 2"):
-        stack.div("run", "--gpu", "h100", "--no-upload", "--", command, cwd=project, timeout=120)
     done = stack.flask("charges", check=False)
     assert done.returncode == 0, done.stdout
     assert re.search(r"\d+ runs, billed \$[\d.]+, difference \$0\.00$", done.stdout.strip())
