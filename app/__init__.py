@@ -3,15 +3,17 @@ the admin commands."""
 from __future__ import annotations
 
 import os
+import secrets
 
 from flask import Flask
 
 from app.config import Config
-from app.extensions import db, migrate
+from app.extensions import csrf, db, htmx, migrate
 
 
 def create_app(test_config: dict | None = None) -> Flask:
-    app = Flask(__name__, instance_relative_config=True)
+    app = Flask(__name__, instance_relative_config=True,
+                template_folder=os.path.join(os.path.dirname(__file__), "..", "templates"))
     app.config.from_object(Config)
     if test_config:
         app.config.update(test_config)
@@ -19,20 +21,50 @@ def create_app(test_config: dict | None = None) -> Flask:
     if app.config["SQLALCHEMY_DATABASE_URI"] is None:
         app.config["SQLALCHEMY_DATABASE_URI"] = (
             "sqlite:///" + os.path.join(app.instance_path, "divergent.db"))
+    if not app.config.get("SECRET_KEY"):
+        app.config["SECRET_KEY"] = _instance_secret(app.instance_path)
     if app.config["DIV_PRICES_FILE"] is None:
         app.config["DIV_PRICES_FILE"] = os.path.join(app.instance_path, "prices.toml")
     if app.config["DIV_DATA_DIR"] is None:
         app.config["DIV_DATA_DIR"] = os.path.join(app.instance_path, "data")
 
     db.init_app(app)
+    csrf.init_app(app)
+    htmx.init_app(app)
     migrate.init_app(app, db, directory=os.path.join(os.path.dirname(__file__), "..", "migrations"))
 
     from app import models  # noqa: F401  (tables known to Flask-Migrate)
     from app.api import bp as api_bp
     app.register_blueprint(api_bp, url_prefix="/api/v1")
+    # The API authenticates every request by its key, never by a cookie:
+    # there is nothing for a cross-site form to ride on.
+    csrf.exempt(api_bp)
+    from app.dashboard import bp as dashboard_bp
+    app.register_blueprint(dashboard_bp)
 
     from app.commands import commands
     from app.money_commands import commands as money_commands
     for command in commands + money_commands:
         app.cli.add_command(command)
     return app
+
+
+def _instance_secret(instance_path: str) -> str:
+    """The session-signing key: SECRET_KEY from the environment, else one
+    made once for this instance and kept in instance/secret_key (0600).
+    Written whole under another name and linked into place, so that server
+    workers starting together all read the same, complete key."""
+    path = os.path.join(instance_path, "secret_key")
+    if not os.path.exists(path):
+        temp = f"{path}.{os.getpid()}"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(48) + "\n")
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            pass   # another worker was first: use its key
+        finally:
+            os.unlink(temp)
+    with open(path) as f:
+        return f.read().strip()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import sys
 
@@ -13,6 +14,7 @@ from app.extensions import db
 from app.models import Org, User
 from app.services.keys import create_key, user_for_key
 from app.services.orgs import InvalidName, get_or_create_org, get_or_create_user
+from app.services.passwords import set_password, user_for_password
 
 
 @click.command("dev-bootstrap")
@@ -23,26 +25,46 @@ def dev_bootstrap(env_file: str, api_url: str) -> None:
     """Create the dev org and user and a first API key; print it and write it
     to ENV_FILE (mode 0600). A key already in ENV_FILE that still works is
     kept, so running it twice changes nothing."""
-    key = _working_key(env_file)
-    if key is None:
-        org = get_or_create_org("dev")
-        user = get_or_create_user(org, "dev", role="org_admin")
+    values = _env_values(env_file)
+    key = values.get("DIV_TOKEN", "")
+    org = get_or_create_org("dev")
+    user = get_or_create_user(org, "dev", role="org_admin")
+    if not (key and user_for_key(key)):
         key = create_key(user, name="make up")
+    password = values.get("DIV_DASHBOARD_PASSWORD", "")
+    if not (password and user_for_password(user.username, password)):
+        password = secrets.token_urlsafe(12)
+        set_password(user, password)
     fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(f"DIV_API_URL={api_url}\nDIV_TOKEN={key}\n")
+        f.write(f"DIV_API_URL={api_url}\nDIV_TOKEN={key}\n"
+                f"DIV_DASHBOARD_USER={user.username}\nDIV_DASHBOARD_PASSWORD={password}\n")
     click.echo(f"API key for dev@dev: {key}")
     click.echo(f"written to {env_file}")
     click.echo(f"sign the CLI in:  .venv/bin/div login --api-url {api_url} --token {key}")
+    click.echo(f"dashboard: {api_url}/ as {user.username} (password in {env_file})")
 
 
-def _working_key(env_file: str) -> str | None:
+def _env_values(env_file: str) -> dict[str, str]:
     if not os.path.exists(env_file):
-        return None
+        return {}
     with open(env_file) as f:
-        values = dict(line.strip().split("=", 1) for line in f if "=" in line)
-    key = values.get("DIV_TOKEN", "")
-    return key if key and user_for_key(key) else None
+        return dict(line.strip().split("=", 1) for line in f if "=" in line)
+
+
+@click.command("set-password")
+@click.argument("username")
+@click.password_option()
+def set_password_command(username: str, password: str) -> None:
+    """Set a user's dashboard password (asked twice, not echoed)."""
+    user = db.session.execute(db.select(User).filter_by(username=username)).scalar_one_or_none()
+    if user is None:
+        raise click.BadParameter(f"no user named {username!r}", param_hint="USERNAME")
+    try:
+        set_password(user, password)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="PASSWORD") from None
+    click.echo(f"password set for {username}")
 
 
 @click.command("create-org")
@@ -106,4 +128,5 @@ def reconcile(interval: float | None, once: bool) -> None:
     run_forever(interval or current_app.config["DIV_RECONCILE_INTERVAL"])
 
 
-commands = [dev_bootstrap, create_org, create_user, create_key_command, reconcile]
+commands = [dev_bootstrap, create_org, create_user, create_key_command, set_password_command,
+            reconcile]

@@ -13,10 +13,17 @@ def _database_url() -> str | None:
 
 
 class Config:
-    SECRET_KEY = os.environ.get("SECRET_KEY", "dev-only-not-secret")
+    # None: made once and kept in instance/secret_key (create_app).
+    SECRET_KEY = os.environ.get("SECRET_KEY")
     # None: SQLite under instance/, decided in create_app once the path is known.
     SQLALCHEMY_DATABASE_URI = _database_url()
     SQLALCHEMY_ENGINE_OPTIONS = {"pool_pre_ping": True}
+    # The dashboard's session cookie: never readable by scripts, not sent on
+    # cross-site requests, and HTTPS-only where the site is served over TLS.
+    SESSION_COOKIE_HTTPONLY = True
+    SESSION_COOKIE_SAMESITE = "Lax"
+    SESSION_COOKIE_SECURE = os.environ.get("DIV_SECURE_COOKIES", "0") == "1"
+    WTF_CSRF_TIME_LIMIT = None   # valid for the session, not an hour
     # Where bytes live (None: instance/data): share/<org>/<volume> holds the
     # volumes, runs/<org>/<run> each run's state folder, blobs/<org> the
     # uploaded code by hash. Every node of the cluster must see the same path.

@@ -2,6 +2,8 @@
 import sqlite3
 
 from flask_migrate import Migrate
+from flask_wtf.csrf import CSRFProtect
+from htmx_flask import Htmx
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy import MetaData, event
 from sqlalchemy.engine import Engine
@@ -17,6 +19,8 @@ NAMING = {
 
 db = SQLAlchemy(metadata=MetaData(naming_convention=NAMING))
 migrate = Migrate(render_as_batch=True)
+csrf = CSRFProtect()
+htmx = Htmx()
 
 
 @event.listens_for(Engine, "connect")

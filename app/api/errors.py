@@ -1,5 +1,5 @@
 """One shape for every API error: {"error": message}, with its status."""
-from flask import jsonify
+from flask import jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 
 from app.api import bp
@@ -7,6 +7,9 @@ from app.services.errors import ServiceError
 
 
 def error_response(status: int, message: str):
+    if not request.path.startswith("/api/"):
+        # The dashboard's pages get a page, not JSON.
+        return render_template("error.html", status=status, message=message), status
     response = jsonify(error=message)
     response.status_code = status
     return response

@@ -1,0 +1,5 @@
+from flask import Blueprint
+
+bp = Blueprint("dashboard", __name__)
+
+from app.dashboard import auth, runs  # noqa: E402,F401

@@ -1,0 +1,40 @@
+"""The runs pages: the org's runs (filtered, paginated, refreshed by HTMX
+polling while any is live) and one run."""
+from __future__ import annotations
+
+from flask import g, render_template, request, url_for
+
+from app.dashboard import bp
+from app.dashboard.auth import login_required
+from app.models import RUN_STATUSES
+from app.services.run_text import format_duration, hardware, header_line, summary_line
+from app.services.runs import GPU_TYPES, LIVE, find_run, page_of_runs, run_json
+
+
+@bp.app_template_filter("duration")
+def duration_filter(seconds):
+    return "-" if seconds is None else format_duration(seconds)
+
+
+@bp.get("/")
+@login_required
+def runs():
+    filters = {key: request.args.get(key) or None for key in ("project", "status", "gpu")}
+    page, next_cursor = page_of_runs(g.user.org, before=request.args.get("before", type=int),
+                                     **filters)
+    next_url = None if next_cursor is None else url_for(
+        "dashboard.runs", before=next_cursor, **{k: v for k, v in filters.items() if v})
+    context = dict(runs=[(run, run_json(run), hardware(run)) for run in page],
+                   next_url=next_url, filters=filters, statuses=RUN_STATUSES,
+                   gpus=GPU_TYPES, live=any(run.status in LIVE for run in page))
+    # HTMX polling asks for the table alone.
+    template = "_runs_table.html" if request.headers.get("HX-Request") else "runs.html"
+    return render_template(template, **context)
+
+
+@bp.get("/runs/<name>")
+@login_required
+def run_page(name: str):
+    run = find_run(g.user.org, name)
+    return render_template("run.html", run=run, doc=run_json(run), header=header_line(run),
+                           summary=summary_line(run), live=run.status in LIVE)

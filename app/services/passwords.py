@@ -1,0 +1,23 @@
+"""Dashboard passwords, hashed with scrypt (werkzeug); never stored plain."""
+from __future__ import annotations
+
+from werkzeug.security import check_password_hash, generate_password_hash
+
+from app.extensions import db
+from app.models import User
+
+
+def set_password(user: User, password: str) -> None:
+    if len(password) < 12:
+        raise ValueError("a password needs at least 12 characters")
+    user.password_hash = generate_password_hash(password, method="scrypt")
+    db.session.commit()
+
+
+def user_for_password(username: str, password: str) -> User | None:
+    user = db.session.execute(db.select(User).filter_by(username=username)).scalar_one_or_none()
+    if user is None or not user.password_hash:
+        # Same work either way, so timing does not say which usernames exist.
+        check_password_hash(generate_password_hash("x", method="scrypt"), password)
+        return None
+    return user if check_password_hash(user.password_hash, password) else None

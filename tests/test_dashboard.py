@@ -1,0 +1,130 @@
+"""The dashboard through Flask's test client: sign-in, CSRF, org scoping,
+the runs list (filters, keyset pages, the HTMX partial) and a run's page.
+(Issue 6 adds the live log, Telemetry, volumes, spend and Chromium.)"""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from app import create_app
+from app.extensions import db
+from app.models import Project, Run
+from app.services.orgs import get_or_create_org, get_or_create_user
+from app.services.passwords import set_password
+
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture
+def app(tmp_path):
+    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db",
+                      "DIV_DATA_DIR": str(tmp_path / "data")})
+    with app.app_context():
+        db.create_all()
+        for org_name, username, runs in (("acme", "alice", 60), ("other", "bob", 1)):
+            org = get_or_create_org(org_name)
+            user = get_or_create_user(org, username)
+            set_password(user, PASSWORD)
+            project = Project(org_id=org.id, name=f"{org_name}-proj")
+            db.session.add(project)
+            db.session.flush()
+            start = datetime(2026, 11, 1, tzinfo=timezone.utc)
+            for i in range(runs):
+                db.session.add(Run(org_id=org.id, project_id=project.id, user_id=user.id,
+                                   name=f"{username}-{i:03d}", gpu_type="h100" if i % 2 else "cpu",
+                                   gpus=1, cpus=1, memory_gib=8, image="img", command="true",
+                                   status="succeeded" if i % 3 else "failed",
+                                   env={"LR": "3e-4"}, checks=[{"check": "exit_code==0",
+                                                                "verdict": "passed", "value": 0}],
+                                   rate_micros_per_hour=4_800_000, cost_micros=80_000,
+                                   created_at=start + timedelta(minutes=i)))
+        db.session.commit()
+    # Requests get app contexts of their own, as in the server: Flask-WTF
+    # keeps a token in `g`, which one long context would share between clients.
+    yield app
+
+
+def csrf_token(client, path="/login") -> str:
+    page = client.get(path).get_data(as_text=True)
+    return re.search(r'name="csrf-token" content="([^"]+)"', page).group(1)
+
+
+def sign_in(client, username="alice", password=PASSWORD, next_path=""):
+    token = csrf_token(client)
+    return client.post(f"/login{next_path}", data={"username": username, "password": password,
+                                                  "csrf_token": token})
+
+
+def test_pages_need_a_signed_in_user(app):
+    client = app.test_client()
+    answer = client.get("/runs/alice-001")
+    assert answer.status_code == 302 and answer.location.endswith("/login?next=/runs/alice-001")
+
+
+def test_a_wrong_password_is_refused(app):
+    answer = sign_in(app.test_client(), password="wrong password!")
+    assert answer.status_code == 401 and "Wrong username or password" in answer.get_data(as_text=True)
+    assert sign_in(app.test_client(), username="nobody").status_code == 401
+
+
+def test_forms_without_the_csrf_token_are_refused(app):
+    client = app.test_client()
+    answer = client.post("/login", data={"username": "alice", "password": PASSWORD})
+    assert answer.status_code == 400
+    sign_in(client)
+    assert client.post("/logout").status_code == 400          # no token: still signed in
+    assert client.get("/").status_code == 200
+    token = csrf_token(client, "/")
+    assert client.post("/logout", headers={"X-CSRFToken": token}).status_code == 302
+    assert client.get("/").status_code == 302
+
+
+def test_sign_in_sets_a_safe_cookie_and_never_redirects_off_site(app):
+    client = app.test_client()
+    answer = sign_in(client, next_path="?next=//evil.example/x")
+    assert answer.status_code == 302 and answer.location == "/"
+    cookie = answer.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Lax" in cookie
+
+
+def test_the_runs_page_shows_the_orgs_runs_newest_first_in_keyset_pages(app):
+    client = app.test_client()
+    sign_in(client)
+    first = client.get("/").get_data(as_text=True)
+    names = re.findall(r'href="/runs/([\w-]+)"', first)
+    assert names[:2] == ["alice-059", "alice-058"] and len(names) == 50
+    assert "bob-" not in first
+    more = re.search(r'href="(/\?before=\d+)"', first).group(1)
+    second = re.findall(r'href="/runs/([\w-]+)"', client.get(more).get_data(as_text=True))
+    assert second == [f"alice-{i:03d}" for i in range(9, -1, -1)]
+    failed = client.get("/?status=failed&gpu=cpu").get_data(as_text=True)
+    assert set(re.findall(r'href="/runs/([\w-]+)"', failed)) == {
+        f"alice-{i:03d}" for i in range(60) if i % 3 == 0 and i % 2 == 0}
+    # Status as a word and a mark, not colour alone.
+    assert "✓ succeeded" in first and "✗ failed" in first
+
+
+def test_htmx_polling_gets_the_table_alone(app):
+    client = app.test_client()
+    sign_in(client)
+    partial = client.get("/", headers={"HX-Request": "true"}).get_data(as_text=True)
+    assert partial.lstrip().startswith('<div id="runs-table"') and "<html" not in partial
+
+
+def test_a_run_page_and_another_orgs_run_is_a_404(app):
+    client = app.test_client()
+    sign_in(client)
+    page = client.get("/runs/alice-003").get_data(as_text=True)
+    assert "alice-003 H100 $4.80/h no spend limit" in page
+    assert "3e-4" in page and "exit_code==0" in page and "passed" in page
+    missing = client.get("/runs/bob-000")
+    assert missing.status_code == 404 and "no run named" in missing.get_data(as_text=True)
+
+
+def test_the_vendored_scripts_are_served_locally(app):
+    client = app.test_client()
+    page = client.get("/login").get_data(as_text=True)
+    for src in re.findall(r'src="([^"]+)"', page):
+        assert src.startswith("/static/") and client.get(src).status_code == 200
