@@ -4,6 +4,7 @@ the runs list (filters, keyset pages, the HTMX partial) and a run's page.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -128,3 +129,41 @@ def test_the_vendored_scripts_are_served_locally(app):
     page = client.get("/login").get_data(as_text=True)
     for src in re.findall(r'src="([^"]+)"', page):
         assert src.startswith("/static/") and client.get(src).status_code == 200
+
+
+def write_log(app, name: str, stdout: bytes, stderr: bytes) -> None:
+    folder = Path(app.config["DIV_DATA_DIR"]) / "runs" / "acme" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "stdout").write_bytes(stdout)
+    (folder / "stderr").write_bytes(stderr)
+
+
+def test_the_run_page_shows_the_logs_tail_with_stderr_marked(app):
+    lines = b"".join(b"line %06d\n" % i for i in range(20_000))   # 220 KB
+    write_log(app, "alice-004", lines, b"warning <b>\n")
+    client = app.test_client()
+    sign_in(client)
+    page = client.get("/runs/alice-004").get_data(as_text=True)
+    shown = re.search(r'<span class="log-stdout" >(.*?)</span>', page, re.S).group(1)
+    assert shown.startswith("line ") and shown.endswith("line 019999\n")   # a whole first line
+    assert len(shown) <= 64 * 1024
+    assert '<span class="log-stderr" title="stderr">warning &lt;b&gt;\n</span>' in page
+    assert 'id="log-poller"' not in page          # an ended run: nothing to follow
+
+
+def test_the_log_poll_appends_what_is_new_from_the_offsets_shown(app):
+    write_log(app, "alice-005", b"one\ntwo\n", b"")
+    with app.app_context():
+        run = db.session.execute(db.select(Run).filter_by(name="alice-005")).scalar_one()
+        run.status = "running"
+        db.session.commit()
+    client = app.test_client()
+    sign_in(client)
+    page = client.get("/runs/alice-005").get_data(as_text=True)
+    assert "/runs/alice-005/log?stdout=8&amp;stderr=0" in page
+    write_log(app, "alice-005", b"one\ntwo\nthree\n", b"oops\n")
+    poll = client.get("/runs/alice-005/log?stdout=8&stderr=0",
+                      headers={"HX-Request": "true"}).get_data(as_text=True)
+    assert '<pre hx-swap-oob="beforeend:#log"><span class="log-stdout" >three\n</span>' in poll
+    assert "oops" in poll and "stdout=14&amp;stderr=5" in poll
+    assert client.get("/runs/bob-000/log").status_code == 404
