@@ -167,3 +167,43 @@ def test_the_log_poll_appends_what_is_new_from_the_offsets_shown(app):
     assert '<pre hx-swap-oob="beforeend:#log"><span class="log-stdout" >three\n</span>' in poll
     assert "oops" in poll and "stdout=14&amp;stderr=5" in poll
     assert client.get("/runs/bob-000/log").status_code == 404
+
+
+def test_the_telemetry_tab_charts_metrics_by_layout_or_one_per_metric(app):
+    folder = Path(app.config["DIV_DATA_DIR"]) / "runs" / "acme" / "alice-007"
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text(
+        '{"step": 0, "loss": 1.0, "acc": 0.5}\nbad\n{"step": 1, "loss": 0.5, "acc": 0.7}\n')
+    client = app.test_client()
+    sign_in(client)
+    data = client.get("/runs/alice-007/telemetry.json").get_json()
+    assert [(c["title"], c["data"]) for c in data["charts"]] == [
+        ("loss", [[0, 1], [1.0, 0.5]]), ("acc", [[0, 1], [0.5, 0.7]])]
+    page = client.get("/runs/alice-007/telemetry").get_data(as_text=True)
+    assert "uplot-1.6.32.min.js" in page and page.count('<figure class="chart"') == 2
+    with app.app_context():
+        run = db.session.execute(db.select(Run).filter_by(name="alice-007")).scalar_one()
+        run.telemetry = '[[chart]]\ntitle = "Both"\nmetrics = ["loss", "acc"]\n'
+        db.session.commit()
+    data = client.get("/runs/alice-007/telemetry.json").get_json()
+    assert [(c["title"], c["data"]) for c in data["charts"]] == [
+        ("Both", [[0, 1], [1.0, 0.5], [0.5, 0.7]])]
+    with app.app_context():
+        run = db.session.execute(db.select(Run).filter_by(name="alice-007")).scalar_one()
+        run.telemetry = "[[chart]\nbroken"
+        db.session.commit()
+    bad = client.get("/runs/alice-007/telemetry")
+    assert bad.status_code == 200 and "telemetry.toml is not valid TOML" in bad.get_data(as_text=True)
+    assert client.get("/runs/bob-000/telemetry").status_code == 404
+
+
+def test_stop_asks_first_and_needs_the_csrf_token(app):
+    client = app.test_client()
+    sign_in(client)
+    confirm = client.get("/runs/alice-001/stop").get_data(as_text=True)
+    assert "has already ended (succeeded)" in confirm
+    assert client.post("/runs/alice-001/stop").status_code == 400
+    token = csrf_token(client, "/runs/alice-001/stop")
+    done = client.post("/runs/alice-001/stop", data={"csrf_token": token}, follow_redirects=True)
+    assert "alice-001 has already ended (succeeded)." in done.get_data(as_text=True)
+    assert client.get("/runs/bob-000/stop").status_code == 404

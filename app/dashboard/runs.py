@@ -2,14 +2,15 @@
 polling while any is live) and one run."""
 from __future__ import annotations
 
-from flask import g, render_template, request, url_for
+from flask import flash, g, redirect, render_template, request, url_for
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
 from app.models import RUN_STATUSES
 from app.services.run_text import format_duration, hardware, header_line, summary_line
 from app.dashboard.logs import log_tail
-from app.services.runs import GPU_TYPES, LIVE, find_run, page_of_runs, run_dir, run_json
+from app.services.runs import (GPU_TYPES, LIVE, find_run, page_of_runs, run_dir, run_json,
+                               stop_run)
 
 
 @bp.app_template_filter("duration")
@@ -41,3 +42,21 @@ def run_page(name: str):
     return render_template("run.html", run=run, doc=run_json(run), header=header_line(run),
                            summary=summary_line(run), live=run.status in LIVE,
                            chunks=chunks, offsets=offsets, polling=run.status in LIVE)
+
+
+@bp.get("/runs/<name>/stop")
+@login_required
+def stop_confirm(name: str):
+    """Asks first, with or without JavaScript."""
+    run = find_run(g.user.org, name)
+    return render_template("stop.html", run=run, live=run.status in LIVE)
+
+
+@bp.post("/runs/<name>/stop")
+@login_required
+def stop(name: str):
+    run = find_run(g.user.org, name)
+    stopping = stop_run(run)
+    flash(f"Stopping {run.name}: it ends canceled." if stopping
+          else f"{run.name} has already ended ({run.status}).")
+    return redirect(url_for("dashboard.run_page", name=run.name))

@@ -1,0 +1,36 @@
+"""The Telemetry tab: charts of the run's metrics (uPlot), laid out by its
+telemetry.toml, refreshed while the run runs."""
+from __future__ import annotations
+
+import os
+
+from flask import g, jsonify, render_template
+
+from app.dashboard import bp
+from app.dashboard.auth import login_required
+from app.services.runs import LIVE, find_run, run_dir
+from app.services.telemetry import chart_data, default_charts, parse_layout, read_points
+
+
+def _charts(run) -> tuple[list[dict], str | None]:
+    points = read_points(os.path.join(run_dir(g.user.org, run.name), "metrics.jsonl"))
+    layout, problem = parse_layout(run.telemetry)
+    charts = layout if layout is not None else default_charts(points)
+    return [chart_data(chart, points) for chart in charts], problem
+
+
+@bp.get("/runs/<name>/telemetry")
+@login_required
+def run_telemetry(name: str):
+    run = find_run(g.user.org, name)
+    charts, problem = _charts(run)
+    return render_template("telemetry.html", run=run, charts=charts, problem=problem,
+                           live=run.status in LIVE)
+
+
+@bp.get("/runs/<name>/telemetry.json")
+@login_required
+def run_telemetry_data(name: str):
+    run = find_run(g.user.org, name)
+    charts, problem = _charts(run)
+    return jsonify(charts=charts, problem=problem, live=run.status in LIVE)

@@ -1,0 +1,29 @@
+// Draws each chart of the Telemetry tab with uPlot, and while the run is
+// live refetches the data every 2 s and updates the charts in place.
+(function () {
+  const root = document.getElementById("charts");
+  if (!root || !window.uPlot) return;
+  const palette = ["#3451b2", "#c62828", "#1a7f37", "#9a6700", "#6639ba", "#0a7ea4"];
+  const plots = [];
+  function draw(charts) {
+    charts.forEach((chart, i) => {
+      const figure = root.querySelector(`figure[data-index="${i}"]`);
+      if (!figure) return;
+      if (plots[i]) { plots[i].setData(chart.data); return; }
+      const series = [{ label: chart.x }].concat(chart.metrics.map((m, k) => (
+        { label: m, stroke: palette[k % palette.length], width: 2, spanGaps: true })));
+      plots[i] = new uPlot({ width: Math.min(root.clientWidth, 1000), height: 260, series,
+                             scales: { x: { time: false } } }, chart.data, figure);
+    });
+  }
+  draw(JSON.parse(document.getElementById("chart-data").textContent));
+  if (root.dataset.live !== "yes") return;
+  const timer = setInterval(async () => {
+    const answer = await fetch(root.dataset.source, { credentials: "same-origin" });
+    if (!answer.ok) return;
+    const body = await answer.json();
+    if (body.charts.length !== plots.length) { location.reload(); return; }
+    draw(body.charts);
+    if (!body.live) clearInterval(timer);
+  }, 2000);
+})();
