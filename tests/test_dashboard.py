@@ -207,3 +207,35 @@ def test_stop_asks_first_and_needs_the_csrf_token(app):
     done = client.post("/runs/alice-001/stop", data={"csrf_token": token}, follow_redirects=True)
     assert "alice-001 has already ended (succeeded)." in done.get_data(as_text=True)
     assert client.get("/runs/bob-000/stop").status_code == 404
+
+
+def test_volumes_can_be_browsed_and_files_downloaded_in_the_org_only(app):
+    from app.services.volumes import ensure_volume
+    with app.app_context():
+        org = get_or_create_org("acme")
+        root = Path(ensure_volume(org, "checkpoints"))
+        db.session.commit()
+    (root / "lora-v1").mkdir()
+    (root / "lora-v1" / "final.bin").write_bytes(b"weights")
+    client = app.test_client()
+    sign_in(client)
+    listing = client.get("/volumes").get_data(as_text=True)
+    assert "checkpoints" in listing and "7 Bytes" in listing
+    folder = client.get("/volumes/checkpoints?path=lora-v1").get_data(as_text=True)
+    assert "final.bin" in folder and "/mnt/checkpoints/lora-v1" in folder
+    download = client.get("/volumes/checkpoints?path=lora-v1/final.bin")
+    assert download.data == b"weights" and "attachment" in download.headers["Content-Disposition"]
+    assert client.get("/volumes/checkpoints?path=../x").status_code == 400
+    bob = app.test_client()
+    sign_in(bob, username="bob")
+    assert bob.get("/volumes/checkpoints").status_code == 404
+    assert "checkpoints" not in bob.get("/volumes").get_data(as_text=True)
+
+
+def test_the_spend_page_shows_the_month_by_project_and_gpu(app):
+    client = app.test_client()
+    sign_in(client)
+    page = client.get("/spend?month=2026-11").get_data(as_text=True)
+    assert "$4.80 spent" in page and "no monthly limit" in page   # 60 runs x $0.08
+    assert "acme-proj" in page and "other-proj" not in page
+    assert "2026-11-01" in page

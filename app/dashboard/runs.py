@@ -2,6 +2,8 @@
 polling while any is live) and one run."""
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from flask import flash, g, redirect, render_template, request, url_for
 
 from app.dashboard import bp
@@ -16,6 +18,11 @@ from app.services.runs import (GPU_TYPES, LIVE, find_run, page_of_runs, run_dir,
 @bp.app_template_filter("duration")
 def duration_filter(seconds):
     return "-" if seconds is None else format_duration(seconds)
+
+
+@bp.app_template_filter("timestamp")
+def timestamp_filter(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
 @bp.get("/")
