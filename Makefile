@@ -26,10 +26,11 @@ cluster:
 postgres:
 	scripts/postgres-up
 
-# The SSH transport's tests start a real sshd.
+# The SSH transport's tests start a real sshd; the dashboard's, Debian's
+# Chromium (driven by Playwright's Python package, never `playwright install`).
 test-tools:
-	@command -v sshd >/dev/null && command -v ssh-keygen >/dev/null || \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server openssh-client >/dev/null)
+	@command -v sshd >/dev/null && command -v ssh-keygen >/dev/null && command -v chromium >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server openssh-client chromium >/dev/null)
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || \

@@ -1,0 +1,76 @@
+"""The dashboard in real headless Chromium (Debian's), against the real
+server, reconciler and cluster: sign in, start a run through the CLI, watch
+its log grow, see its Telemetry chart, press Stop and see it canceled.
+Screenshots of each page go to DIV_SCREENSHOTS (artifacts/screenshots)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from tests.stack import ROOT
+
+SHOTS = Path(os.environ.get("DIV_SCREENSHOTS", ROOT / "artifacts" / "screenshots"))
+PASSWORD = "browser-test-password"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        yield chromium
+        chromium.close()
+
+
+def test_watch_a_run_live_chart_it_and_stop_it(stack, project, browser):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    stack.flask("set-password", "e2e-user", "--password", PASSWORD)
+    (project / "train.py").write_text(
+        "import json, os, time\n"
+        "for step in range(600):\n"
+        "    print(f'tick {step}', flush=True)\n"
+        "    with open(os.environ['DIV_METRICS'], 'a') as f:\n"
+        "        f.write(json.dumps({'step': step, 'loss': 1 / (step + 1)}) + '\\n')\n"
+        "    time.sleep(0.5)\n")
+    started = stack.div("run", "--gpu", "cpu", "-d", "--name", "watched-in-chromium",
+                        "--env", "LR=3e-4", "train.py", cwd=project)
+    assert started.returncode == 0, started.stderr
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{stack.url}/login")
+    page.screenshot(path=SHOTS / "login.png")
+    page.fill("input[name=username]", "e2e-user")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Runs")
+    page.screenshot(path=SHOTS / "runs.png", full_page=True)
+
+    page.click("text=watched-in-chromium")
+    expect(page.locator("#log")).to_contain_text("tick 2", timeout=30_000)
+    expect(page.locator("#log")).to_contain_text("tick 8", timeout=30_000)   # it grows
+    expect(page.locator("#run-header")).to_contain_text("running")
+    page.screenshot(path=SHOTS / "run.png", full_page=True)
+
+    page.click("text=Telemetry")
+    expect(page.locator("figure.chart figcaption")).to_have_text("loss")
+    expect(page.locator("figure.chart canvas").first).to_be_visible(timeout=10_000)
+    points = page.evaluate("JSON.parse(document.getElementById('chart-data').textContent)[0].data[0].length")
+    assert points >= 8
+    page.screenshot(path=SHOTS / "telemetry.png", full_page=True)
+
+    page.click("text=Overview")
+    page.click("text=Stop…")
+    expect(page.locator("h1")).to_have_text("Stop watched-in-chromium?")
+    page.screenshot(path=SHOTS / "stop.png")
+    page.click("button.danger")
+    expect(page.locator("#run-header")).to_contain_text("canceled", timeout=30_000)
+    page.screenshot(path=SHOTS / "canceled.png", full_page=True)
+    assert stack.run_json("watched-in-chromium")["status"] == "canceled"
+
+    for name, path in (("volumes", "/volumes"), ("spend", "/spend")):
+        page.goto(f"{stack.url}{path}")
+        page.screenshot(path=SHOTS / f"{name}.png", full_page=True)
+    page.close()
