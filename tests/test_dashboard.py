@@ -239,3 +239,28 @@ def test_the_spend_page_shows_the_month_by_project_and_gpu(app):
     assert "$4.80 spent" in page and "no monthly limit" in page   # 60 runs x $0.08
     assert "acme-proj" in page and "other-proj" not in page
     assert "2026-11-01" in page
+
+
+def test_settings_create_a_key_once_revoke_it_and_list_members(app):
+    from app.services.keys import user_for_key
+    client = app.test_client()
+    sign_in(client)
+    token = csrf_token(client, "/settings")
+    page = client.post("/settings/keys", data={"csrf_token": token, "name": "laptop"})
+    key = re.search(r'<pre id="new-key">(div_[\w-]+)</pre>', page.get_data(as_text=True)).group(1)
+    with app.app_context():
+        assert user_for_key(key).username == "alice"
+    listing = client.get("/settings").get_data(as_text=True)
+    assert key not in listing and "laptop" in listing and "alice" in listing
+    assert "bob" not in listing
+    prefix = key[: key.index("_", 4)]
+    assert client.post(f"/settings/keys/{prefix}/revoke").status_code == 400   # no CSRF token
+    revoked = client.post(f"/settings/keys/{prefix}/revoke", data={"csrf_token": token},
+                          follow_redirects=True)
+    assert "revoked" in revoked.get_data(as_text=True)
+    with app.app_context():
+        assert user_for_key(key) is None
+    bob = app.test_client()
+    sign_in(bob, username="bob")
+    assert bob.post(f"/settings/keys/{prefix}/revoke",
+                    data={"csrf_token": csrf_token(bob, "/settings")}).status_code == 404

@@ -2,4 +2,5 @@ from flask import Blueprint
 
 bp = Blueprint("dashboard", __name__)
 
-from app.dashboard import auth, logs, runs, spend, telemetry, volumes  # noqa: E402,F401
+from app.dashboard import (auth, logs, runs, settings, spend, telemetry,  # noqa: E402,F401
+                           volumes)

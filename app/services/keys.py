@@ -37,3 +37,19 @@ def user_for_key(key: str) -> User | None:
     row.last_used_at = utcnow()
     db.session.commit()
     return row.user
+
+
+def keys_of(user: User) -> list[ApiKey]:
+    return list(db.session.execute(db.select(ApiKey).filter_by(user_id=user.id)
+                                   .order_by(ApiKey.created_at.desc())).scalars())
+
+
+def revoke_key(user: User, prefix: str) -> bool:
+    """Revokes one of the user's own keys; False if they have none such."""
+    row = db.session.execute(db.select(ApiKey).filter_by(user_id=user.id, prefix=prefix)
+                             ).scalar_one_or_none()
+    if row is None or row.revoked_at is not None:
+        return False
+    row.revoked_at = utcnow()
+    db.session.commit()
+    return True

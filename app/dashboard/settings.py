@@ -1,0 +1,42 @@
+"""Settings: the user's API keys (create, shown once; revoke) and the org's
+members."""
+from __future__ import annotations
+
+from flask import flash, g, redirect, render_template, request, url_for
+
+from app.dashboard import bp
+from app.dashboard.auth import login_required
+from app.extensions import db
+from app.models import User
+from app.services.errors import NotFound
+from app.services.keys import create_key, keys_of, revoke_key
+
+
+def _settings_page(new_key: str | None = None):
+    members = db.session.execute(db.select(User).filter_by(org_id=g.user.org_id)
+                                 .order_by(User.username)).scalars()
+    return render_template("settings.html", keys=keys_of(g.user), members=list(members),
+                           new_key=new_key)
+
+
+@bp.get("/settings")
+@login_required
+def settings():
+    return _settings_page()
+
+
+@bp.post("/settings/keys")
+@login_required
+def settings_create_key():
+    name = request.form.get("name", "").strip()[:64]
+    # Rendered, not redirected: the key is shown this once and never stored plain.
+    return _settings_page(new_key=create_key(g.user, name=name or "dashboard"))
+
+
+@bp.post("/settings/keys/<prefix>/revoke")
+@login_required
+def settings_revoke_key(prefix: str):
+    if not revoke_key(g.user, prefix):
+        raise NotFound(f"no live key {prefix}")
+    flash(f"Key {prefix} revoked: it stops working at once.")
+    return redirect(url_for("dashboard.settings"))
