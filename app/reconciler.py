@@ -77,12 +77,12 @@ def _read_metrics(run: Run, state_dir: str, final: bool) -> None:
         run.metrics_offset = seen.offset
 
 
-def stop_orgs_at_their_limit(live: list[Run]) -> None:
+def stop_orgs_at_their_limit(live: list[Run], orgs: dict[int, Org]) -> None:
     """Cancels the live runs of each org whose month's spend (live runs'
-    accrued cost included) has reached its limit; they end limit_reached."""
-    orgs = {run.org_id: run for run in live if run.status in LIVE}
-    for org_id in orgs:
-        org = db.session.get(Org, org_id)
+    accrued cost included) has reached its limit; they end limit_reached.
+    Only orgs with a limit cost a query."""
+    for org_id in {run.org_id for run in live if run.status in LIVE}:
+        org = orgs[org_id]
         if org.monthly_limit_micros is None or month_spend(org) < org.monthly_limit_micros:
             continue
         for run in live:
@@ -114,7 +114,7 @@ def reconcile_once() -> int:
         settle(run, record, run_dir(orgs[run.org_id], run.name))
         changed += before != (run.status, run.pending_reason, run.elapsed_seconds)
     db.session.flush()
-    stop_orgs_at_their_limit(live)
+    stop_orgs_at_their_limit(live, orgs)
     db.session.commit()
     return changed
 

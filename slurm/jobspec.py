@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 GPU_TYPES = ("b300", "h200", "h100", "l40s")
 CPU = "cpu"
+DEFAULT_IMAGE = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime"
 RUNTIMES = ("none", "pyxis", "apptainer")
 
 RUN_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -66,7 +67,7 @@ class JobSpec:
     # queues is there too.
     volumes_dir: str
     project: str
-    image: str = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime"
+    image: str = DEFAULT_IMAGE
     time_limit_minutes: int | None = None
     env: dict[str, str] = field(default_factory=dict)
     # The uploaded code; None (--no-upload) leaves /workspace empty.

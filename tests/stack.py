@@ -19,8 +19,10 @@ VENV_BIN = Path(sys.executable).parent
 
 
 def fresh_postgres_database(admin_url: str, name: str) -> str:
-    admin = sa.create_engine(admin_url.replace("postgresql://", "postgresql+psycopg://"),
-                             isolation_level="AUTOCOMMIT")
+    """An empty database `name` on the server of `admin_url`; its URL, with
+    the psycopg driver named for SQLAlchemy."""
+    admin_url = admin_url.replace("postgresql://", "postgresql+psycopg://")
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         conn.execute(sa.text(f"CREATE DATABASE {name}"))

@@ -14,6 +14,7 @@ from app.models import Project, Run, Volume
 from app.services.keys import create_key, user_for_key
 from app.services.orgs import get_or_create_org, get_or_create_user
 from tests.conftest import POSTGRES_URL
+from tests.stack import fresh_postgres_database
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -21,23 +22,13 @@ def app(request, tmp_path):
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'test.db'}"
     else:
-        url = _fresh_postgres_database()
+        url = fresh_postgres_database(POSTGRES_URL, "divergent_test")
     app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": url})
     with app.app_context():
         upgrade()
         yield app
         db.session.remove()
         db.engine.dispose()
-
-
-def _fresh_postgres_database() -> str:
-    admin = sa.create_engine(POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://"),
-                             isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text("DROP DATABASE IF EXISTS divergent_test WITH (FORCE)"))
-        conn.execute(sa.text("CREATE DATABASE divergent_test"))
-    admin.dispose()
-    return POSTGRES_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + "/divergent_test"
 
 
 def make_run(org, user, project, name="run-k4t9", **overrides) -> Run:

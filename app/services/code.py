@@ -15,12 +15,11 @@ from dataclasses import dataclass
 
 from app.models import Org
 from app.services.errors import Invalid
+from app.services.storage import MAX_FILE_BYTES, receive_verified
 from app.services.volumes import data_path, ensure_volume
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
-MAX_FILE_BYTES = 256 * 1000 * 1000   # the docs' per-file upload limit
 MAX_FILES = 100_000
-CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -98,30 +97,13 @@ def missing_blobs(org: Org, entries: list[FileEntry]) -> list[str]:
 
 
 def store_blob(org: Org, sha: str, stream, length: int | None) -> None:
-    """Writes a blob under a temporary name, checks its hash, then renames it:
-    a half-sent blob is never taken for a whole one."""
+    """Stores a blob once its bytes match its name: a half-sent or wrong blob
+    is never taken for a whole one."""
     if not SHA256.fullmatch(sha):
         raise Invalid("a blob is named by its sha256: 64 lowercase hex digits")
-    if length is not None and length > MAX_FILE_BYTES:
-        raise Invalid(f"a file may be at most {MAX_FILE_BYTES // 1_000_000} MB")
     final = _blob_path(org, sha)
     os.makedirs(os.path.dirname(final), exist_ok=True)
-    temp = f"{final}.{secrets.token_hex(4)}.part"
-    digest, size = hashlib.sha256(), 0
-    try:
-        with open(temp, "wb") as out:
-            while chunk := stream.read(CHUNK):
-                size += len(chunk)
-                if size > MAX_FILE_BYTES:
-                    raise Invalid(f"a file may be at most {MAX_FILE_BYTES // 1_000_000} MB")
-                digest.update(chunk)
-                out.write(chunk)
-        if digest.hexdigest() != sha:
-            raise Invalid("the blob's bytes do not match its sha256")
-        os.replace(temp, final)
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
+    os.replace(receive_verified(os.path.dirname(final), stream, length, sha), final)
 
 
 def lay_out_tree(org: Org, volume: str, entries: list[FileEntry]) -> Tree:

@@ -7,7 +7,6 @@ import re
 import secrets
 import string
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 
 from flask import current_app
 import sqlalchemy as sa
@@ -18,18 +17,18 @@ from app.extensions import db
 from app.models import Org, Project, Run, User
 from app.services.checks import parse_check
 from app.services.errors import Conflict, Invalid, NotFound, Refused, Unavailable
-from app.services.pricing import MICROS, PriceTable, load_prices, minutes_for, usd_text
+from app.services.pricing import PriceTable, load_prices, micros, minutes_for, usd_text
 from app.services.run_text import waiting_text
 from app.services.slurm_access import ensure_org_account, slurm_client, slurm_site
 from app.services.usage import minutes_left
 from app.services.volumes import (check_volume_name, data_path, ensure_volume, org_dir,
                                   volumes_in_command)
 from slurm.client import SlurmError, SubmitRefused
-from slurm.jobspec import (ENV_KEY, IMAGE_REF, RUN_NAME, InvalidJobSpec, JobSpec)
+from slurm import jobspec
+from slurm.jobspec import DEFAULT_IMAGE, ENV_KEY, IMAGE_REF, RUN_NAME, InvalidJobSpec, JobSpec
 from slurm.script import render_batch_script
 
-DEFAULT_IMAGE = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime"
-GPU_TYPES = ("b300", "h200", "h100", "l40s", "cpu")
+GPU_TYPES = (*jobspec.GPU_TYPES, jobspec.CPU)
 MAX_CORES_PER_NODE, MAX_GIB_PER_NODE = 64, 336
 LIVE = ("queued", "running")
 CODE_REF = re.compile(r"^([a-z0-9_-][a-z0-9._-]{0,62})/code/([0-9a-f]{8,64})$")
@@ -71,12 +70,12 @@ def _dollars(text: str | None) -> int | None:
     if text is None:
         return None
     try:
-        amount = Decimal(text.removeprefix("$"))
-    except InvalidOperation:
+        amount = micros(text.removeprefix("$"))
+    except ValueError:
         raise Invalid(f"max_spend {text!r} is not an amount in dollars") from None
-    if not amount.is_finite() or amount <= 0 or amount.as_tuple().exponent < -2:
+    if amount <= 0 or amount % 10_000:
         raise Invalid("max_spend must be more than $0, in whole cents")
-    return int(amount * MICROS)
+    return amount
 
 
 def parse_request(body: object) -> RunRequest:

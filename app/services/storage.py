@@ -239,13 +239,15 @@ def uploads_dir(org: Org) -> str:
     return uploads
 
 
-def _receive(uploads: str, stream, length: int | None, sha256: str) -> str:
-    """Writes the stream to a temporary file in `uploads`, within the
-    limits, checks its hash and records it (_remember_hash's xattr, set on
-    the open file so no second open is needed); returns the temporary path."""
+def receive_verified(folder: str, stream, length: int | None, sha256: str) -> str:
+    """Writes the stream to a temporary file in `folder`, within the limits
+    (256 MB, 5 minutes), checks its hash and records it (_remember_hash's
+    xattr, set on the open file so no second open is needed); returns the
+    temporary path, for the caller to rename into place. Code blobs and
+    volume files both arrive through here."""
     if length is not None and length > MAX_FILE_BYTES:
         raise Invalid(f"a file may be at most 256 MB ({length / 1e6:.0f} MB sent)")
-    temp = os.path.join(uploads, secrets.token_hex(8))
+    temp = os.path.join(folder, f".{secrets.token_hex(8)}.part")
     deadline = time.monotonic() + MAX_FILE_SECONDS
     digest, size = hashlib.sha256(), 0
     try:
@@ -338,7 +340,7 @@ def store_file(org: Org, volume: str, path: str, stream, length: int | None,
 
     def action():
         with folders_closed(VolumeFolders(resolve_path.root)) as folders:
-            temp = _receive(uploads_dir(org), stream, length, sha256)
+            temp = receive_verified(uploads_dir(org), stream, length, sha256)
             try:
                 _place(folders, path, temp)
             finally:
@@ -373,7 +375,7 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
                     raise Invalid(f"{member.name}: a bundle holds regular files only")
                 path = clean_path(member.name, allow_root=False)
                 resolve_path(path, allow_root=False)
-                temp = _receive(uploads, bundle.extractfile(member), member.size,
+                temp = receive_verified(uploads, bundle.extractfile(member), member.size,
                                 member.pax_headers.get("DIV.sha256", ""))
                 try:
                     _place(folders, path, temp)

@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from app.extensions import db
 from app.models import Org, Volume
 from app.services.errors import Invalid
+from slurm.jobspec import VOLUME_NAME
 
 # DESIGN.md "Storage": lowercase letters, digits, -, _ and ., 1..63, no leading dot.
 VOLUME_NAME = re.compile(r"^[a-z0-9_-][a-z0-9._-]{0,62}$")
