@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from slurm.records import (SACCT_FIELDS, SQUEUE_FORMAT, JobRecord, merge, parse_sacct,
-                           parse_squeue)
+from slurm.records import (SACCT_FIELDS, SINFO_FIELDS, SQUEUE_FORMAT, JobRecord, NodeRecord,
+                           merge, parse_sacct, parse_sinfo_nodes, parse_squeue)
 from slurm.transport import CommandResult, LocalTransport
 
 # Epoch seconds: sacct otherwise prints the controller's local time, no zone.
@@ -71,6 +71,11 @@ class SlurmClient:
         accounted = self._run(["sacct", "--noheader", "--parsable2", "--allocations",
                                f"--jobs={ids}", f"--format={SACCT_FIELDS}"]).stdout
         return merge(parse_squeue(live), parse_sacct(accounted), int(time.time()))
+
+    def nodes(self) -> dict[str, NodeRecord]:
+        """Every node with its state, cores and GPUs in use, from one sinfo."""
+        return parse_sinfo_nodes(self._run(["sinfo", "--Node", "--noheader",
+                                            f"--Format={SINFO_FIELDS}"]).stdout)
 
     def ensure_account(self, account: str, user: str = "root") -> None:
         """A Slurm account for an org, with `user` (who submits) in it."""

@@ -1,9 +1,10 @@
 """Typed rows from squeue and sacct (`--parsable2 --noheader`, times as epoch
-seconds through SLURM_TIME_FORMAT=%s), and the pure decisions on them: which
-of the two answers is the truth for a job, and what a Slurm state means to a
-run. No I/O here."""
+seconds through SLURM_TIME_FORMAT=%s) and nodes from sinfo, and the pure
+decisions on them: which of the two answers is the truth for a job, what a
+Slurm state means to a run, whether a node can take jobs. No I/O here."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 SQUEUE_FORMAT = "%i|%T|%r|%S|%N"
@@ -115,3 +116,54 @@ def run_status(record: JobRecord, stopped_for: str | None = None) -> str:
     if status == "canceled" and stopped_for:
         return stopped_for
     return status
+
+
+# sinfo -N -O: one line per node and partition. GresUsed goes last: its
+# index lists hold commas.
+SINFO_FIELDS = "NodeHost:0|,StateCompact:0|,CPUsState:0|,Partition:0|,Gres:0|,GresUsed:0"
+# "gpu:h100:8(S:0-1)", "gpu:h100:3(IDX:0-1,3)", or untyped "gpu:8".
+_GRES = re.compile(r"([^:,()]+)(?::([^:,()]+))?:(\d+)(?:\([^)]*\))?")
+# Node states in which a free GPU can be given to a job.
+SCHEDULABLE = {"idle", "mix", "alloc", "comp", "plnd"}
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    name: str
+    state: str                  # sinfo's compact state: idle, mix, down*, drain, idle~ ...
+    cpus_used: int
+    cpus_total: int
+    partitions: list[str]
+    gpus: dict[str, int]        # GRES type -> count ("" for an untyped gpu GRES)
+    gpus_used: dict[str, int]
+
+    @property
+    def schedulable(self) -> bool:
+        # "*": not responding; other marks (~ powered down, @ reboot) keep the base state.
+        return not self.state.endswith("*") and self.state.rstrip("~#!%$@^-+") in SCHEDULABLE
+
+
+def parse_gres(text: str) -> dict[str, int]:
+    """GPU counts per type from a Gres or GresUsed column."""
+    counts: dict[str, int] = {}
+    for name, kind, count in _GRES.findall(text):
+        if name == "gpu":
+            counts[kind] = counts.get(kind, 0) + int(count)
+    return counts
+
+
+def parse_sinfo_nodes(output: str) -> dict[str, NodeRecord]:
+    """One record per node, its partitions gathered from its lines."""
+    nodes: dict[str, NodeRecord] = {}
+    for line in output.splitlines():
+        if not line:
+            continue
+        name, state, cpus, partition, gres, gres_used = line.split("|", 5)
+        partition = partition.rstrip("*")        # "*" marks the default partition
+        if name in nodes:
+            nodes[name].partitions.append(partition)
+            continue
+        allocated, _idle, _other, total = (int(n) for n in cpus.split("/"))
+        nodes[name] = NodeRecord(name, state, allocated, total, [partition],
+                                 parse_gres(gres), parse_gres(gres_used))
+    return nodes

@@ -3,6 +3,7 @@ the runs list (filters, keyset pages, the HTMX partial) and a run's page.
 (Issue 6 adds the live log, Telemetry, volumes, spend and Chromium.)"""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from datetime import datetime, timedelta, timezone
@@ -11,7 +12,7 @@ import pytest
 
 from app import create_app
 from app.extensions import db
-from app.models import Project, Run
+from app.models import Project, Run, User
 from app.services.orgs import get_or_create_org, get_or_create_user
 from app.services.passwords import set_password
 
@@ -151,6 +152,30 @@ def test_the_run_page_shows_the_logs_tail_with_stderr_marked(app):
     assert 'id="log-poller"' not in page          # an ended run: nothing to follow
 
 
+def test_a_long_log_pages_backwards_from_the_tail(app):
+    lines = b"".join(b"line %06d\n" % i for i in range(20_000))   # 240 KB, 12 bytes a line
+    write_log(app, "alice-006", lines, b"")
+    client = app.test_client()
+    sign_in(client)
+    page = client.get("/runs/alice-006").get_data(as_text=True)
+    link = re.search(r'id="log-earlier" class="button" href="([^"]+)"', page).group(1)
+    seen = [re.search(r'<span class="log-stdout" >(.*?)</span>', page, re.S).group(1)]
+    while link:
+        swap = client.get(link.replace("&amp;", "&"), headers={"HX-Request": "true"})
+        text = swap.get_data(as_text=True)
+        seen.insert(0, re.search(r'hx-swap-oob="afterbegin:#log"><span class="log-stdout" >'
+                                 r'(.*?)</span>', text, re.S).group(1))
+        found = re.search(r'id="log-earlier" class="button" href="([^"]+)"', text)
+        link = found.group(1) if found else None
+    assert "".join(seen).encode() == lines            # every line once, in order
+    assert len(seen) == 4
+    # With JavaScript off the same link is a page of its own.
+    plain = client.get("/runs/alice-006/log/earlier?stdout=120000&stderr=0").get_data(as_text=True)
+    assert "<title>alice-006 earlier output" in plain and "line 009999\n</span>" in plain
+    assert "line 010000" not in plain
+    assert client.get("/runs/bob-000/log/earlier?stdout=5").status_code == 404
+
+
 def test_the_log_poll_appends_what_is_new_from_the_offsets_shown(app):
     write_log(app, "alice-005", b"one\ntwo\n", b"")
     with app.app_context():
@@ -238,7 +263,11 @@ def test_the_spend_page_shows_the_month_by_project_and_gpu(app):
     page = client.get("/spend?month=2026-11").get_data(as_text=True)
     assert "$4.80 spent" in page and "no monthly limit" in page   # 60 runs x $0.08
     assert "acme-proj" in page and "other-proj" not in page
-    assert "2026-11-01" in page
+    # Every day of the month, one run a minute from Nov 1 00:00: all on the 1st.
+    days = json.loads(re.search(r'id="by-day-data">(.*?)</script>', page, re.S).group(1))
+    assert len(days) == 30 and days[0] == ["2026-11-01", 4_800_000]
+    assert all(micros == 0 for _, micros in days[1:])
+    assert "<tr><td>2026-11-01</td><td>$4.80</td></tr>" in page
 
 
 def test_settings_create_a_key_once_revoke_it_and_list_members(app):
@@ -264,3 +293,26 @@ def test_settings_create_a_key_once_revoke_it_and_list_members(app):
     sign_in(bob, username="bob")
     assert bob.post(f"/settings/keys/{prefix}/revoke",
                     data={"csrf_token": csrf_token(bob, "/settings")}).status_code == 404
+
+
+def test_the_cluster_page_is_for_site_admins_and_shows_slurms_gpus(app):
+    client = app.test_client()
+    sign_in(client)
+    assert client.get("/cluster").status_code == 403
+    assert 'href="/cluster"' not in client.get("/").get_data(as_text=True)
+    with app.app_context():
+        admin = db.session.execute(db.select(User).filter_by(username="bob")).scalar_one()
+        admin.role = "site_admin"
+        alice_run = db.session.execute(db.select(Run).filter_by(name="alice-011")).scalar_one()
+        alice_run.status, alice_run.pending_reason, alice_run.gpus = "queued", "Resources", 2
+        db.session.commit()
+    client = app.test_client()
+    sign_in(client, username="bob")
+    page = client.get("/cluster").get_data(as_text=True)
+    # The dev cluster: 2 nodes with 8 of each GPU type, as sinfo says.
+    assert re.search(r"<tr><td>H100</td><td>\d+</td><td>\d+</td><td>0</td><td>16</td>", page)
+    assert "node1" in page and "node2" in page
+    # Every org's waiting runs: a site admin's page spans orgs.
+    assert "<tr><td>alice-011</td><td>acme</td><td>2 x H100</td><td>waiting for 2 x H100</td>" in page
+    assert "Queued runs (1)" in page
+    assert "<tr><td>H100</td><td>$4.80</td></tr>" in page

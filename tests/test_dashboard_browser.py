@@ -30,12 +30,14 @@ def test_watch_a_run_live_chart_it_and_stop_it(stack, project, browser):
     stack.flask("set-password", "e2e-user", "--password", PASSWORD)
     (project / "train.py").write_text(
         "import json, os, time\n"
+        "for n in range(1500):\n"           # 75 KB first: more than the page's tail
+        "    print(f'warmup {n:05d} ' + 'x' * 36)\n"
         "for step in range(600):\n"
         "    print(f'tick {step}', flush=True)\n"
         "    with open(os.environ['DIV_METRICS'], 'a') as f:\n"
         "        f.write(json.dumps({'step': step, 'loss': 1 / (step + 1)}) + '\\n')\n"
         "    time.sleep(0.5)\n")
-    started = stack.div("run", "--gpu", "cpu", "-d", "--name", "watched-in-chromium",
+    started = stack.div("run", "--gpu", "l40s", "-d", "--name", "watched-in-chromium",
                         "--env", "LR=3e-4", "train.py", cwd=project)
     assert started.returncode == 0, started.stderr
 
@@ -53,6 +55,16 @@ def test_watch_a_run_live_chart_it_and_stop_it(stack, project, browser):
     expect(page.locator("#log")).to_contain_text("tick 8", timeout=30_000)   # it grows
     expect(page.locator("#run-header")).to_contain_text("running")
     page.screenshot(path=SHOTS / "run.png", full_page=True)
+    page.reload()                                # now the page loads the log's tail
+    expect(page.locator("#log")).not_to_contain_text("warmup 00000")
+    below_view = "(() => { const l = document.getElementById('log');" \
+                 " return l.scrollHeight - l.scrollTop - l.clientHeight; })()"
+    assert page.evaluate(below_view) < 8                    # the box shows the end
+    page.click("#log-earlier")                   # the log pages backwards
+    expect(page.locator("#log")).to_contain_text("warmup 00000")
+    expect(page.locator("#log-earlier")).to_have_count(0)
+    # The reader stays on the lines they were reading, below what came in above.
+    assert page.evaluate("document.getElementById('log').scrollTop") > 10_000
 
     page.click("text=Telemetry")
     expect(page.locator("figure.chart figcaption")).to_have_text("loss")
@@ -70,7 +82,34 @@ def test_watch_a_run_live_chart_it_and_stop_it(stack, project, browser):
     page.screenshot(path=SHOTS / "canceled.png", full_page=True)
     assert stack.run_json("watched-in-chromium")["status"] == "canceled"
 
-    for name, path in (("volumes", "/volumes"), ("spend", "/spend")):
-        page.goto(f"{stack.url}{path}")
-        page.screenshot(path=SHOTS / f"{name}.png", full_page=True)
+    page.goto(f"{stack.url}/spend")
+    expect(page.locator("#by-day-chart canvas")).to_be_visible()
+    page.screenshot(path=SHOTS / "spend.png", full_page=True)
+    page.goto(f"{stack.url}/volumes")
+    page.screenshot(path=SHOTS / "volumes.png", full_page=True)
+    assert page.goto(f"{stack.url}/cluster").status == 403
     page.close()
+
+
+def test_a_site_admin_sees_the_cluster(stack, project, browser):
+    stack.flask("create-user", "e2e", "site-boss", "--role", "site_admin")
+    stack.flask("set-password", "site-boss", "--password", PASSWORD)
+    (project / "hold.py").write_text("import time\ntime.sleep(120)\n")
+    started = stack.div("run", "--gpu", "h200", "--gpus", "2", "-d", "--name", "holds-two-h200",
+                        "hold.py", cwd=project)
+    assert started.returncode == 0, started.stderr
+    stack.wait_for_status("holds-two-h200", "running")
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{stack.url}/login?next=/cluster")
+    page.fill("input[name=username]", "site-boss")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Cluster")
+    row = page.locator("table.gpus tr", has_text="H200")
+    assert int(row.locator("td").nth(1).inner_text()) >= 2      # in use, from sinfo
+    expect(page.locator("table.nodes")).to_contain_text("node1")
+    expect(page.locator("table.prices")).to_contain_text("$5.45")
+    page.screenshot(path=SHOTS / "cluster.png", full_page=True)
+    page.close()
+    stack.div("stop", "holds-two-h200", cwd=project)

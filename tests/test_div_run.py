@@ -3,7 +3,6 @@ the real `div` against the real server, reconciler and dev Slurm cluster."""
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import signal
 import subprocess

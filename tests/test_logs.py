@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import base64
 
-from app.services.logs import _utf8_prefix, chunk_event, log_events, read_new
+from app.services.logs import utf8_prefix, chunk_event, log_events, read_new
 
 
 def test_a_character_cut_in_half_waits_for_its_other_half():
     text = "naïve ✓ 🚀".encode()
     for cut in range(len(text) + 1):
-        kept = _utf8_prefix(text[:cut])
+        kept = utf8_prefix(text[:cut])
         text[:kept].decode("utf-8")   # never raises
         assert cut - kept < 4
 

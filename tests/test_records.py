@@ -1,7 +1,8 @@
-"""Parsing squeue and sacct, and the decisions on their answers."""
+"""Parsing squeue, sacct and sinfo, and the decisions on their answers."""
 from __future__ import annotations
 
-from slurm.records import JobRecord, merge, parse_sacct, parse_squeue, run_status
+from slurm.records import (JobRecord, merge, parse_gres, parse_sacct, parse_sinfo_nodes,
+                           parse_squeue, run_status)
 
 SACCT = (
     "41|COMPLETED|0:0|1796059887|1796059899|12|node[1-2]|None\n"
@@ -42,3 +43,28 @@ def test_states_map_as_the_design_says():
         "succeeded", "failed", "canceled", "queued", "failed"]
     assert run_status(JobRecord("1", "TIMEOUT")) == "budget_exceeded"
     assert run_status(records["43"], stopped_for="budget_exceeded") == "budget_exceeded"
+
+
+SINFO = (
+    "gpu1|mix|12/52/0/64|h100*|gpu:h100:8(S:0-1)|gpu:h100:3(IDX:0-1,5)\n"
+    "gpu1|mix|12/52/0/64|debug|gpu:h100:8(S:0-1)|gpu:h100:3(IDX:0-1,5)\n"
+    "gpu2|down*|0/0/64/64|h100*|gpu:h100:8|gpu:h100:0(IDX:N/A)\n"
+    "gpu3|idle~|0/64/0/64|l40s|gpu:l40s:4,gpu:8|gpu:l40s:0(IDX:N/A),gpu:0\n"
+    "cpu1|drain|0/0/32/32|cpu|(null)|gpu:0\n"
+)
+
+
+def test_sinfo_lines_become_one_record_per_node():
+    nodes = parse_sinfo_nodes(SINFO)
+    assert list(nodes) == ["gpu1", "gpu2", "gpu3", "cpu1"]
+    gpu1 = nodes["gpu1"]
+    assert gpu1.partitions == ["h100", "debug"]
+    assert (gpu1.cpus_used, gpu1.cpus_total) == (12, 64)
+    assert (gpu1.gpus, gpu1.gpus_used) == ({"h100": 8}, {"h100": 3})   # commas inside IDX
+    assert nodes["gpu3"].gpus == {"l40s": 4, "": 8}
+    assert nodes["cpu1"].gpus == {}
+    assert [n.schedulable for n in nodes.values()] == [True, False, True, False]
+
+
+def test_gres_other_than_gpus_is_not_counted():
+    assert parse_gres("gpu:a100:2(S:0),shard:a100:16,mps:100") == {"a100": 2}

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from app.services.cluster import gpu_capacity
 from slurm.client import SlurmClient, SubmitRefused
 from slurm.records import run_status
 from slurm.script import render_batch_script
@@ -130,3 +131,18 @@ def _wait_running(slurm: SlurmClient, job: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"job {job} did not start")
+
+
+def test_sinfo_counts_the_gpus_a_running_job_holds(slurm, job_dirs):
+    job = submit(slurm, spec_for(job_dirs, "sleep 60", gpu_type="l40s", gpus=3, cpus=3,
+                                 memory_gib=8))
+    try:
+        _wait_running(slurm, job)
+        nodes = slurm.nodes()
+        assert sorted(nodes) == ["node1", "node2"]
+        assert sum(n.gpus_used.get("l40s", 0) for n in nodes.values()) == 3
+        assert sum(n.cpus_used for n in nodes.values()) >= 3
+        l40s = next(row for row in gpu_capacity(list(nodes.values())) if row.gpu_type == "l40s")
+        assert (l40s.total, l40s.used, l40s.free, l40s.unavailable) == (16, 3, 13, 0)
+    finally:
+        slurm.cancel(job)

@@ -2,5 +2,5 @@ from flask import Blueprint
 
 bp = Blueprint("dashboard", __name__)
 
-from app.dashboard import (auth, logs, runs, settings, spend, telemetry,  # noqa: E402,F401
-                           volumes)
+from app.dashboard import (auth, cluster, logs, runs, settings, spend,  # noqa: E402,F401
+                           telemetry, volumes)

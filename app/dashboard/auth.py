@@ -10,6 +10,7 @@ from flask import g, redirect, render_template, request, session, url_for
 from app.dashboard import bp
 from app.extensions import db
 from app.models import User
+from app.services.errors import Forbidden
 from app.services.passwords import user_for_password
 
 
@@ -20,6 +21,17 @@ def login_required(view):
         if user is None:
             return redirect(url_for("dashboard.login", next=request.path))
         g.user = user
+        return view(*args, **kwargs)
+    return wrapper
+
+
+def site_admin_required(view):
+    """Pages about the whole cluster and every org: site admins only."""
+    @wraps(view)
+    @login_required
+    def wrapper(*args, **kwargs):
+        if g.user.role != "site_admin":
+            raise Forbidden("Only site admins see this page.")
         return view(*args, **kwargs)
     return wrapper
 

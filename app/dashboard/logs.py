@@ -1,6 +1,7 @@
 """A run's log on its page: the tail rendered with the page (readable with
 JavaScript off), then new bytes appended by HTMX polling from the offsets
-the page already shows. stdout and stderr are told apart by class and mark."""
+the page already shows; earlier windows are paged in above it on request.
+stdout and stderr are told apart by class and mark."""
 from __future__ import annotations
 
 import os
@@ -9,28 +10,39 @@ from flask import g, render_template, request
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
-from app.services.logs import STREAMS, read_new
+from app.services.logs import STREAMS, read_new, utf8_prefix
 from app.services.runs import LIVE, find_run, run_dir
 
-TAIL_BYTES = 64 * 1024
+WINDOW_BYTES = 64 * 1024
 
 
-def log_tail(state_dir: str) -> tuple[list[tuple[str, str]], dict[str, int]]:
-    """The last TAIL_BYTES of each stream, from a line's start, and the
-    offsets where they end."""
-    chunks, offsets = [], {}
+def log_window(state_dir: str, ends: dict[str, int] | None = None, live: bool = False):
+    """Up to WINDOW_BYTES of each stream ending at `ends` (the files' ends
+    when None: the tail), from a line's start. Returns the chunks, where
+    they start (for paging backwards) and where they end (for following).
+    While the run writes, a character cut in half at the end is left out."""
+    chunks, starts, stops = [], {}, {}
     for stream in STREAMS:
         path = os.path.join(state_dir, stream)
         size = os.path.getsize(path) if os.path.exists(path) else 0
-        start = max(0, size - TAIL_BYTES)
-        data = read_new(path, start, final=True)[: size - start]
+        end = size if ends is None else min(max(0, ends[stream]), size)
+        start = max(0, end - WINDOW_BYTES)
+        data = _read_range(path, start, end) if end > start else b""
+        if ends is None and live:
+            data = data[:utf8_prefix(data)]
         if start and b"\n" in data:
             cut = data.index(b"\n") + 1
             data, start = data[cut:], start + cut
         if data:
             chunks.append((stream, data.decode("utf-8", "replace")))
-        offsets[stream] = start + len(data)
-    return chunks, offsets
+        starts[stream], stops[stream] = start, start + len(data)
+    return chunks, starts, stops
+
+
+def _read_range(path: str, start: int, end: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(end - start)
 
 
 def log_since(state_dir: str, offsets: dict[str, int], final: bool):
@@ -54,3 +66,15 @@ def run_log(name: str):
     chunks, offsets = log_since(run_dir(g.user.org, run.name), offsets, final=ended)
     return render_template("_log_poll.html", run=run, chunks=chunks, offsets=offsets,
                            polling=not ended or bool(chunks))
+
+
+@bp.get("/runs/<name>/log/earlier")
+@login_required
+def run_log_earlier(name: str):
+    """The window of each stream before ?stdout=&stderr=: put above the log
+    by HTMX, or a page of its own with JavaScript off."""
+    run = find_run(g.user.org, name)
+    ends = {s: request.args.get(s, 0, type=int) for s in STREAMS}
+    chunks, starts, _ = log_window(run_dir(g.user.org, run.name), ends)
+    template = "_log_earlier_swap.html" if request.headers.get("HX-Request") else "log_earlier.html"
+    return render_template(template, run=run, chunks=chunks, starts=starts)

@@ -10,7 +10,7 @@ from app.dashboard import bp
 from app.dashboard.auth import login_required
 from app.models import RUN_STATUSES
 from app.services.run_text import format_duration, hardware, header_line, summary_line
-from app.dashboard.logs import log_tail
+from app.dashboard.logs import log_window
 from app.services.runs import (GPU_TYPES, LIVE, find_run, page_of_runs, run_dir, run_json,
                                stop_run)
 
@@ -45,10 +45,11 @@ def runs():
 @login_required
 def run_page(name: str):
     run = find_run(g.user.org, name)
-    chunks, offsets = log_tail(run_dir(g.user.org, run.name))
+    live = run.status in LIVE
+    chunks, starts, offsets = log_window(run_dir(g.user.org, run.name), live=live)
     return render_template("run.html", run=run, doc=run_json(run), header=header_line(run),
-                           summary=summary_line(run), live=run.status in LIVE,
-                           chunks=chunks, offsets=offsets, polling=run.status in LIVE)
+                           summary=summary_line(run), live=live, chunks=chunks,
+                           starts=starts, offsets=offsets, polling=live)
 
 
 @bp.get("/runs/<name>/stop")

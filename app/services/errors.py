@@ -15,6 +15,11 @@ class Invalid(ServiceError):
     """A request value the server will not accept."""
 
 
+class Forbidden(ServiceError):
+    """Signed in, but not allowed: a page for site admins, say."""
+    status = 403
+
+
 class NotFound(ServiceError):
     status = 404
 

@@ -22,7 +22,7 @@ STATUS_SECONDS = 0.5       # how often it rereads the run's status
 HEARTBEAT_SECONDS = 5.0    # an event at least this often, so dead peers show
 
 
-def _utf8_prefix(data: bytes) -> int:
+def utf8_prefix(data: bytes) -> int:
     """Length of `data` without a trailing incomplete UTF-8 character."""
     for back in range(1, min(4, len(data)) + 1):
         byte = data[-back]
@@ -48,7 +48,7 @@ def read_new(path: str, offset: int, final: bool) -> bytes:
             data = f.read(CHUNK)
     except FileNotFoundError:
         return b""
-    return data if final else data[:_utf8_prefix(data)]
+    return data if final else data[:utf8_prefix(data)]
 
 
 def log_events(state_dir: str, offsets: dict[str, int], follow: bool,

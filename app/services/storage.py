@@ -15,7 +15,6 @@ import errno
 import hashlib
 import io
 import os
-import posixpath
 import secrets
 import shutil
 import stat

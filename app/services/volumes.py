@@ -14,8 +14,6 @@ from app.models import Org, Volume
 from app.services.errors import Invalid
 from slurm.jobspec import VOLUME_NAME
 
-# DESIGN.md "Storage": lowercase letters, digits, -, _ and ., 1..63, no leading dot.
-VOLUME_NAME = re.compile(r"^[a-z0-9_-][a-z0-9._-]{0,62}$")
 # A volume named in a command: /mnt/<name> followed by / or the name's end.
 MNT_REFERENCE = re.compile(r"(?<![\w/.-])/mnt/([a-z0-9_-][a-z0-9._-]{0,62})(?![A-Za-z0-9._-])")
 

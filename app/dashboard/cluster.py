@@ -1,0 +1,27 @@
+"""The Cluster page (site admins): nodes and GPUs per type, used and free,
+the runs every org has waiting, and the price table."""
+from __future__ import annotations
+
+from flask import render_template
+
+from app.dashboard import bp
+from app.dashboard.auth import site_admin_required
+from app.services.cluster import cluster_nodes, gpu_capacity, queued_runs
+from app.services.errors import Unavailable
+from app.services.pricing import format_usd
+from app.services.runs import current_prices
+
+
+@bp.get("/cluster")
+@site_admin_required
+def cluster():
+    try:
+        nodes, slurm_problem = cluster_nodes(), None
+    except Unavailable as exc:
+        # The queue and the prices are still worth seeing.
+        nodes, slurm_problem = [], exc.message
+    queued, queued_count = queued_runs()
+    return render_template("cluster.html", nodes=nodes, gpus=gpu_capacity(nodes),
+                           slurm_problem=slurm_problem, queued=queued,
+                           queued_count=queued_count, prices=current_prices(),
+                           usd=format_usd)

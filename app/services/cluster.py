@@ -1,0 +1,69 @@
+"""The cluster as a site admin sees it: nodes and GPUs per type, used and
+free (one sinfo), and the runs of every org still waiting for Slurm."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from app.extensions import db
+from app.models import Org, Run
+from app.services.errors import Unavailable
+from app.services.run_text import hardware
+from app.services.slurm_access import slurm_client, slurm_site
+from slurm.client import SlurmError
+from slurm.jobspec import GPU_TYPES
+from slurm.reasons import explain_pending
+from slurm.records import NodeRecord
+from slurm.transport import TransportError
+
+QUEUED_SHOWN = 200
+
+
+@dataclass
+class GpuCapacity:
+    gpu_type: str
+    total: int = 0
+    used: int = 0
+    free: int = 0          # on nodes that can take jobs now
+    unavailable: int = 0   # idle GPUs on nodes that are down, drained, not responding
+
+
+def cluster_nodes() -> list[NodeRecord]:
+    try:
+        return list(slurm_client().nodes().values())
+    except (SlurmError, TransportError) as exc:
+        raise Unavailable(f"Slurm did not answer: {exc}") from None
+
+
+def gpu_capacity(nodes: list[NodeRecord]) -> list[GpuCapacity]:
+    """Per GPU type of ours; the site maps our types to its GRES names."""
+    ours = {gres: gpu for gpu, gres in slurm_site().gres_types.items()}
+    capacity = {gpu: GpuCapacity(gpu) for gpu in GPU_TYPES}
+    for node in nodes:
+        for gres, count in node.gpus.items():
+            if gres not in ours:
+                continue
+            row = capacity[ours[gres]]
+            used = min(count, node.gpus_used.get(gres, 0))
+            row.total += count
+            row.used += used
+            if node.schedulable:
+                row.free += count - used
+            else:
+                row.unavailable += count - used
+    return [row for row in capacity.values() if row.total]
+
+
+def queued_runs() -> tuple[list[tuple[Run, str, str, str]], int]:
+    """The oldest waiting runs of every org, with their org's name, what they
+    asked for and why they wait, in words; and how many wait in all."""
+    waiting = sa.select(Run, Org.name).join(Org, Run.org_id == Org.id).where(
+        Run.status == "queued")
+    count = db.session.scalar(sa.select(sa.func.count()).select_from(waiting.subquery()))
+    rows = db.session.execute(waiting.order_by(Run.created_at, Run.id).limit(QUEUED_SHOWN)).all()
+    shown = []
+    for run, org in rows:
+        asked = hardware(run)
+        shown.append((run, org, asked, explain_pending(run.pending_reason or "", asked)))
+    return shown, count
