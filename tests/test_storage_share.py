@@ -1,5 +1,6 @@
 """The storage service on a real, small filesystem: a full share is a clear
-error that loses nothing already stored."""
+error that loses nothing already stored; downloads and deletes never go
+through a symlink a run swaps in after the check."""
 from __future__ import annotations
 
 import hashlib
@@ -11,7 +12,8 @@ import pytest
 
 from app import create_app
 from app.extensions import db
-from app.services.errors import Invalid, Unavailable
+from app.services import storage
+from app.services.errors import Invalid, NotFound, Unavailable
 from app.services.orgs import get_or_create_org
 from app.services.storage import ShareFull, clean_path, store_file
 from app.services.volumes import ensure_volume
@@ -76,3 +78,57 @@ def test_a_share_that_is_gone_is_a_clear_error(small_share):
     subprocess.run(["umount", str(small_share)], check=True)
     with pytest.raises(Unavailable, match="the share is not available"):
         _put(org, "new.bin", b"new")
+
+
+@pytest.fixture
+def volume_with_links(small_share, tmp_path):
+    org = get_or_create_org("acme")
+    root = ensure_volume(org, "vol")
+    os.makedirs(f"{root}/ckpt")
+    with open(f"{root}/ckpt/step-100.bin", "wb") as f:
+        f.write(b"weights")
+    os.symlink("step-100.bin", f"{root}/ckpt/latest.bin")
+    os.mkfifo(f"{root}/ckpt/pipe")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.bin").write_bytes(b"not yours")
+    return org, root, outside
+
+
+def _swap_after_check(monkeypatch, root: str, outside) -> None:
+    """What a run could do between the server's check and its open: put a
+    symlink out of the volume where a checked folder was."""
+    checked = storage.resolve
+
+    def resolve_then_swap(*args, **kwargs):
+        answer = checked(*args, **kwargs)
+        os.rename(f"{root}/ckpt", f"{root}/ckpt-real")
+        os.symlink(str(outside), f"{root}/ckpt")
+        return answer
+    monkeypatch.setattr(storage, "resolve", resolve_then_swap)
+
+
+def test_a_download_follows_links_inside_the_volume_but_not_a_swapped_in_one(
+        volume_with_links, monkeypatch):
+    org, root, outside = volume_with_links
+    file, info = storage.open_for_download(org, "vol", "ckpt/latest.bin")
+    with file:
+        assert file.read() == b"weights" and info.st_size == 7
+    with pytest.raises(NotFound):                         # a FIFO: refused, not a hang
+        storage.open_for_download(org, "vol", "ckpt/pipe")
+    (outside / "step-100.bin").write_bytes(b"not yours")
+    _swap_after_check(monkeypatch, root, outside)
+    with pytest.raises((Invalid, NotFound)):
+        storage.open_for_download(org, "vol", "ckpt/step-100.bin")
+
+
+def test_delete_removes_a_link_itself_and_never_through_a_swapped_in_one(
+        volume_with_links, monkeypatch):
+    org, root, outside = volume_with_links
+    storage.delete(org, "vol", "ckpt/latest.bin")
+    assert not os.path.lexists(f"{root}/ckpt/latest.bin")
+    assert os.path.exists(f"{root}/ckpt/step-100.bin")
+    _swap_after_check(monkeypatch, root, outside)
+    with pytest.raises((Invalid, NotFound)):
+        storage.delete(org, "vol", "ckpt/secret.bin")
+    assert (outside / "secret.bin").read_bytes() == b"not yours"

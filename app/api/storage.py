@@ -2,13 +2,14 @@
 small ones in a tar bundle), download (with Range), delete."""
 from __future__ import annotations
 
-from flask import g, jsonify, request, send_file
+from flask import g, jsonify, request
 
 from app.api import bp
 from app.api.auth import token_required
+from app.downloads import send_volume_file
 from app.services.errors import Invalid
-from app.services.storage import (delete, delete_volume, file_for_download, files_to_send,
-                                  list_path, store_bundle, store_file, volume_summaries)
+from app.services.storage import (delete, delete_volume, files_to_send, list_path,
+                                  store_bundle, store_file, volume_summaries)
 from app.services.volumes import check_volume_name
 
 
@@ -64,9 +65,7 @@ def volumes_put_bundle(volume: str):
 @bp.get("/volumes/<volume>/files")
 @token_required
 def volumes_get_file(volume: str):
-    path = file_for_download(g.user.org, check_volume_name(volume), request.args.get("path", ""))
-    # conditional: Range requests, so an interrupted download resumes.
-    return send_file(path, mimetype="application/octet-stream", conditional=True, etag=False)
+    return send_volume_file(g.user.org, check_volume_name(volume), request.args.get("path", ""))
 
 
 @bp.delete("/volumes/<volume>/files")

@@ -2,11 +2,12 @@
 to browse, files to download."""
 from __future__ import annotations
 
-from flask import g, render_template, request, send_file
+from flask import g, render_template, request
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
-from app.services.storage import file_for_download, list_path, volume_summaries
+from app.downloads import send_volume_file
+from app.services.storage import list_path, volume_summaries
 from app.services.volumes import check_volume_name
 
 
@@ -22,8 +23,7 @@ def volume_folder(volume: str):
     path = request.args.get("path", "")
     top, entries = list_path(g.user.org, check_volume_name(volume), path)
     if top.type == "file":
-        return send_file(file_for_download(g.user.org, volume, path), as_attachment=True,
-                         conditional=True)
+        return send_volume_file(g.user.org, volume, path, as_attachment=True)
     crumbs, so_far = [], []
     for part in filter(None, top.path.split("/")):
         so_far.append(part)

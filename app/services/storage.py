@@ -389,21 +389,57 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
         raise Invalid(f"not a tar bundle: {exc}") from None
 
 
-def file_for_download(org: Org, volume: str, path: str) -> str:
-    _, target = resolve(org, volume, path, allow_root=False)
-    if not os.path.isfile(target):
-        raise NotFound(f"no file {clean_path(path)!r} in {volume}")
-    return target
+def _real_parts(org: Org, volume: str, path: str, follow_last: bool) -> tuple[str, str, str]:
+    """(volume folder, parent, name) of a path with its symlinks resolved
+    (the last one only with `follow_last`), the parent relative to the
+    volume. Opening these through VolumeFolders then follows no link at
+    all, so a link swapped in after this check is refused."""
+    root, target = resolve(org, volume, path, allow_root=False)
+    folder, name = os.path.split(target)
+    real = os.path.realpath(target) if follow_last else os.path.join(os.path.realpath(folder), name)
+    if not _inside(root, real) or real == root:
+        raise Invalid(f"{clean_path(path)!r} leads out of the volume (a symlink)")
+    parent_rel, _, name = os.path.relpath(real, root).replace(os.sep, "/").rpartition("/")
+    return root, parent_rel, name
+
+
+def open_for_download(org: Org, volume: str, path: str):
+    """A file of the volume opened for reading, and its stat. Opened through
+    the volume's folder descriptors with O_NOFOLLOW, so a symlink a run swaps
+    in after the path was checked is refused, not followed; O_NONBLOCK, so a
+    FIFO a run made cannot hang the server."""
+    root, parent_rel, name = _real_parts(org, volume, path, follow_last=True)
+    missing = NotFound(f"no file {clean_path(path)!r} in {volume}")
+    with folders_closed(VolumeFolders(root)) as folders:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=folders.folder(parent_rel, create=False))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise missing from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise missing from None
+            raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise missing
+    return os.fdopen(fd, "rb"), info
 
 
 def delete(org: Org, volume: str, path: str) -> None:
-    root, target = resolve(org, volume, path, allow_root=False)
-    if os.path.islink(target) or os.path.isfile(target):
-        os.unlink(target)
-    elif os.path.isdir(target):
-        shutil.rmtree(target)
-    else:
+    """Deletes a file, link or folder, relative to its parent's descriptor:
+    never through a symlink swapped in after the check. A link is deleted
+    itself, not what it points to."""
+    root, parent_rel, name = _real_parts(org, volume, path, follow_last=False)
+    if not os.path.lexists(os.path.join(root, parent_rel, name)):
         raise NotFound(f"no {clean_path(path)!r} in {volume}")
+    with folders_closed(VolumeFolders(root)) as folders:
+        parent = folders.folder(parent_rel, create=False)
+        if stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+            shutil.rmtree(name, dir_fd=parent)
+        else:
+            os.unlink(name, dir_fd=parent)
 
 
 def delete_volume(org: Org, volume: str) -> None:
