@@ -6,6 +6,7 @@ import os
 import secrets
 
 from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app.config import Config
 from app.extensions import csrf, db, htmx, migrate
@@ -22,12 +23,15 @@ def create_app(test_config: dict | None = None) -> Flask:
         app.config["SQLALCHEMY_DATABASE_URI"] = (
             "sqlite:///" + os.path.join(app.instance_path, "divergent.db"))
     if not app.config.get("SECRET_KEY"):
-        app.config["SECRET_KEY"] = _instance_secret(app.instance_path)
+        app.config["SECRET_KEY"] = instance_secret(
+            os.path.join(app.instance_path, "secret_key"), lambda: secrets.token_urlsafe(48))
     if app.config["DIV_PRICES_FILE"] is None:
         app.config["DIV_PRICES_FILE"] = os.path.join(app.instance_path, "prices.toml")
     if app.config["DIV_DATA_DIR"] is None:
         app.config["DIV_DATA_DIR"] = os.path.join(app.instance_path, "data")
 
+    if app.config["DIV_PROXY_HOPS"]:
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=app.config["DIV_PROXY_HOPS"])
     db.init_app(app)
     csrf.init_app(app)
     htmx.init_app(app)
@@ -49,17 +53,15 @@ def create_app(test_config: dict | None = None) -> Flask:
     return app
 
 
-def _instance_secret(instance_path: str) -> str:
-    """The session-signing key: SECRET_KEY from the environment, else one
-    made once for this instance and kept in instance/secret_key (0600).
-    Written whole under another name and linked into place, so that server
-    workers starting together all read the same, complete key."""
-    path = os.path.join(instance_path, "secret_key")
+def instance_secret(path: str, make) -> str:
+    """A key kept in the instance folder (0600), made with `make()` the first
+    time. Written whole under another name and linked into place, so that
+    server workers starting together all read the same, complete key."""
     if not os.path.exists(path):
         temp = f"{path}.{os.getpid()}"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(48) + "\n")
+            f.write(make() + "\n")
         try:
             os.link(temp, path)
         except FileExistsError:

@@ -33,3 +33,14 @@ class Config:
     DIV_PRICES_FILE = os.environ.get("DIV_PRICES_FILE")
     # Seconds between the reconciler's Slurm queries.
     DIV_RECONCILE_INTERVAL = float(os.environ.get("DIV_RECONCILE_INTERVAL", "1.0"))
+    # Keys that encrypt secrets at rest (Fernet, comma-separated; the first
+    # encrypts, all decrypt, so a key can be rotated: `flask rotate-secrets`).
+    # None: made once and kept in instance/secrets_key.
+    DIV_SECRETS_KEYS = os.environ.get("DIV_SECRETS_KEYS")
+    # Brute force: this many failed keys or passwords from one address (or for
+    # one username) within the window (seconds) answer 429 until it passes.
+    DIV_AUTH_MAX_FAILURES = int(os.environ.get("DIV_AUTH_MAX_FAILURES", "10"))
+    DIV_AUTH_WINDOW = int(os.environ.get("DIV_AUTH_WINDOW", "300"))
+    # Behind this many reverse proxies, the client's address is taken from
+    # X-Forwarded-For (0: the connection's own address).
+    DIV_PROXY_HOPS = int(os.environ.get("DIV_PROXY_HOPS", "0"))

@@ -17,6 +17,11 @@ RUN_STATUSES = ("queued", "running", "succeeded", "failed", "canceled",
                 "budget_exceeded", "limit_reached")
 
 
+def iso_utc(moment: datetime | None) -> str | None:
+    """2026-11-30T21:03:32Z: how the API writes a time."""
+    return moment.isoformat().replace("+00:00", "Z") if moment else None
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -139,6 +144,10 @@ class Run(db.Model):
     metrics_points: Mapped[int] = mapped_column(default=0)
     metrics_malformed: Mapped[int] = mapped_column(default=0)
     checks: Mapped[list] = mapped_column(sa.JSON, default=list)
+    # The secrets it was given: names to show, and the values, encrypted, to
+    # mask in its log (the values it ran with, even if a secret changes since).
+    secret_names: Mapped[list] = mapped_column(sa.JSON, default=list)
+    secrets_sealed: Mapped[str | None] = mapped_column(sa.Text)
 
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -163,3 +172,29 @@ class Lease(db.Model):
     name: Mapped[str] = mapped_column(sa.String(32), primary_key=True)
     holder: Mapped[str] = mapped_column(sa.String(64))
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Secret(db.Model):
+    """An org's secret: its value encrypted at rest (app/services/secrets.py),
+    never returned by the API or shown by the dashboard."""
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"))
+    name: Mapped[str] = mapped_column(sa.String(128))
+    sealed_value: Mapped[str] = mapped_column(sa.Text)
+    set_by_id: Mapped[int] = mapped_column(sa.ForeignKey("user.id"))
+    set_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    set_by = relationship("User")
+
+    __table_args__ = (sa.UniqueConstraint("org_id", "name"),)
+
+
+class AuthFailure(db.Model):
+    """Failed sign-ins and bad API keys per client address or username, in
+    the database so every server process counts the same
+    (app/services/throttle.py)."""
+
+    subject: Mapped[str] = mapped_column(sa.String(160), primary_key=True)
+    failures: Mapped[int] = mapped_column(default=0)
+    window_start: Mapped[datetime] = mapped_column(UTCDateTime)

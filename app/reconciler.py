@@ -19,6 +19,7 @@ from app.services.checks import verdict
 from app.services.metrics import MetricsRead, read_metrics
 from app.services.pricing import cost
 from app.services.runs import LIVE, run_dir, run_json
+from app.services.secrets import remove_secrets_file
 from app.services.usage import month_spend
 from app.services.slurm_access import slurm_client
 from slurm.client import SlurmError
@@ -50,6 +51,8 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None) -> None:
         run.cost_micros = cost(run.rate_micros_per_hour, run.elapsed_seconds or 0,
                                run.time_limit_minutes)
     if record.finished:
+        if state_dir is not None and run.secrets_sealed:
+            remove_secrets_file(state_dir)
         run.slurm_state = record.state
         run.exit_code = record.exit_code
         run.ended_at = _moment(record.end)

@@ -103,9 +103,15 @@ class ApiClient:
     def get(self, path: str, params: dict | None = None) -> dict:
         return self._json(self._request("GET", path, params=params))
 
-    def post(self, path: str, body: dict | None = None) -> dict:
-        return self._json(self._request("POST", path, body=json.dumps(body or {}).encode(),
+    def _send_json(self, method: str, path: str, body: dict | None) -> dict:
+        return self._json(self._request(method, path, body=json.dumps(body or {}).encode(),
                                         headers={"Content-Type": "application/json"}))
+
+    def post(self, path: str, body: dict | None = None) -> dict:
+        return self._send_json("POST", path, body)
+
+    def put_json(self, path: str, body: dict) -> dict:
+        return self._send_json("PUT", path, body)
 
     def delete(self, path: str, params: dict | None = None) -> dict:
         return self._json(self._request("DELETE", path, params=params))

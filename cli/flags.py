@@ -85,6 +85,14 @@ def parse_env(items: tuple[str, ...]) -> dict[str, str]:
     return env
 
 
+def parse_secret_name(name: str, flag: str = "--secret") -> str:
+    if not ENV_KEY.fullmatch(name) or name.upper().startswith(("DIV_", "SLURM_")):
+        raise click.BadParameter(
+            f"{name!r}: a secret's name is letters, digits and _, not starting with a digit, "
+            "DIV_ or SLURM_ (it becomes an environment variable)", param_hint=flag)
+    return name
+
+
 def parse_check(text: str) -> dict:
     """`<path><operator><value>`, as the docs' Check syntax."""
     match = CHECK.fullmatch(text.strip())

@@ -40,15 +40,18 @@ class WaitingLine:
 def _write(outputs: dict, offsets: dict, event: dict) -> None:
     stream = event["stream"]
     data = base64.b64decode(event["b64"]) if "b64" in event else event["data"].encode("utf-8")
+    # Where the chunk ends in the run's file: "next" when a masked secret
+    # made the text shorter or longer than the bytes it stands for.
+    end = event.get("next", event["offset"] + len(data))
     # After a reconnect the server starts where we asked; never write a byte twice.
     skip = offsets[stream] - event["offset"]
     if skip > 0:
-        data = data[skip:]
+        data = data[skip:] if "next" not in event else b""
     if data:
         outputs[stream].write(data)
         outputs[stream].flush()
-        offsets[stream] = event["offset"] + max(skip, 0) + len(data)
         outputs["last"][stream] = data[-1:]
+    offsets[stream] = max(offsets[stream], end)
 
 
 def follow(api: ApiClient, name: str, follow_to_end: bool = True) -> dict | None:

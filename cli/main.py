@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import click
 
+from cli.keys import keys, whoami
 from cli.login import login
 from cli.run import run
 from cli.runs import logs, ls, stop
+from cli.secrets import secrets
 from cli.storage import storage
 from cli.usage import usage
 
@@ -16,5 +18,5 @@ def cli() -> None:
     """divergent: run code on your organisation's GPUs."""
 
 
-for command in (run, logs, stop, ls, login, storage, usage):
+for command in (run, logs, stop, ls, login, whoami, keys, secrets, storage, usage):
     cli.add_command(command)

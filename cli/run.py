@@ -11,8 +11,8 @@ import click
 
 from cli.context import pass_api
 from cli.flags import (GPU_TYPES, check_hardware, command_for, parse_check, parse_env,
-                       parse_image, parse_memory, parse_name, parse_usd, parse_volume,
-                       safe_project_name)
+                       parse_image, parse_memory, parse_name, parse_secret_name, parse_usd,
+                       parse_volume, safe_project_name)
 from cli.follow import follow
 from cli.output import count, exit_code_for, print_json
 from cli.upload import format_bytes, hash_files, list_files, upload
@@ -57,6 +57,10 @@ def _callback(parse, *extra):
               callback=_callback(parse_image), help="Public container image to run in.")
 @click.option("--env", "env_items", multiple=True, callback=_callback(parse_env),
               metavar="KEY=value", help="Environment variable for the run. Repeatable.")
+@click.option("--secret", "secrets", multiple=True, metavar="NAME",
+              callback=lambda ctx, param, values: [parse_secret_name(v) for v in values],
+              help="An org secret (div secrets set) to give the run as an environment "
+                   "variable; masked as *** in its log. Repeatable.")
 @click.option("--check", "checks", multiple=True, metavar="CHECK",
               callback=lambda ctx, param, values: [parse_check(v) for v in values],
               help="Condition the result must meet, such as metrics.accuracy>=0.8. Repeatable.")
@@ -70,7 +74,7 @@ def _callback(parse, *extra):
               help="Print the run as JSON when it ends (with --detach, when it starts).")
 @pass_api
 def run(api, words, gpu, gpus, cpus, memory, max_spend, project, name, image, env_items,
-        checks, telemetry, volume, no_upload, detach, as_json):
+        secrets, checks, telemetry, volume, no_upload, detach, as_json):
     """Start a run with this folder's code and stream its log until it ends.
 
     \b
@@ -85,7 +89,7 @@ def run(api, words, gpu, gpus, cpus, memory, max_spend, project, name, image, en
     telemetry = telemetry or (None if no_upload else _present(root / "telemetry.toml"))
     body = {"project": project, "command": command, "gpu": gpu, "gpus": gpus, "cpu": cpus,
             "memory": memory, "name": name, "image": image, "env": env_items or {},
-            "checks": [c["check"] for c in checks],
+            "secrets": secrets, "checks": [c["check"] for c in checks],
             "telemetry": telemetry.read_text() if telemetry else None,
             "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f")}
     if not no_upload:

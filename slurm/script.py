@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import shlex
 
-from slurm.jobspec import JobSpec, SlurmSite
+from slurm.jobspec import ENV_KEY, InvalidJobSpec, JobSpec, SlurmSite
 
 METRICS_PATH = "/div/metrics.jsonl"
+# The run's secrets, in its state folder (0600) until the batch script has
+# read them: never in the script itself, which Slurm and admins keep.
+SECRETS_FILE = "secrets.env"
 
 # Runs once on each node (srun, one task a node): a scratch folder with
 # workspace/ (a copy of the code) and mnt/, the command through the runtime,
@@ -181,6 +184,14 @@ def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
     return lines
 
 
+def secrets_file_text(values: dict[str, str]) -> str:
+    """What the batch script sources: names checked, values shell-quoted."""
+    for name in values:
+        if not ENV_KEY.fullmatch(name):
+            raise InvalidJobSpec(f"invalid secret name {name!r}")
+    return "".join(f"export {_assign(name, value)}\n" for name, value in values.items())
+
+
 def render_batch_script(spec: JobSpec, site: SlurmSite) -> str:
     header = [
         "#!/bin/bash",
@@ -190,6 +201,9 @@ def render_batch_script(spec: JobSpec, site: SlurmSite) -> str:
     body = [
         "set -u",
         *values_block(spec, site),
+        f'if [ -e "$div_state/{SECRETS_FILE}" ]; then',
+        f'    . "$div_state/{SECRETS_FILE}" && rm -f "$div_state/{SECRETS_FILE}"',
+        "fi",
         ': >>"$div_state/metrics.jsonl"',
     ]
     return "\n".join(header + [""] + body) + "\n" + NODE_FUNCTIONS + EXEC[site.runtime] + MAIN

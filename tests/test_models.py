@@ -11,7 +11,7 @@ from flask_migrate import upgrade
 from app import create_app
 from app.extensions import db
 from app.models import Project, Run, Volume
-from app.services.keys import create_key, user_for_key
+from app.services.keys import create_key, key_prefix, user_for_key
 from app.services.orgs import get_or_create_org, get_or_create_user
 from tests.conftest import POSTGRES_URL
 from tests.stack import fresh_postgres_database
@@ -96,6 +96,7 @@ def test_whoami_answers_for_a_key_and_refuses_without(app):
     client = app.test_client()
     assert client.get("/api/v1/health").json == {"ok": True}
     answer = client.get("/api/v1/whoami", headers={"Authorization": f"Bearer {key}"})
-    assert answer.json == {"user": "ada", "org": "acme", "role": "org_admin"}
+    assert answer.json == {"user": "ada", "org": "acme", "role": "org_admin",
+                           "key": key_prefix(key)}
     refused = client.get("/api/v1/whoami", headers={"Authorization": "Bearer div_nope_nope"})
     assert (refused.status_code, refused.json) == (401, {"error": "invalid or missing API key"})

@@ -2,4 +2,5 @@ from flask import Blueprint
 
 bp = Blueprint("api", __name__)
 
-from app.api import code, errors, routes, runs, storage, usage  # noqa: E402,F401
+from app.api import (code, errors, keys, routes, runs, secrets, storage,  # noqa: E402,F401
+                     usage)

@@ -6,12 +6,13 @@ from app.api import bp
 from app.services.errors import ServiceError
 
 
-def error_response(status: int, message: str):
+def error_response(status: int, message: str, headers: dict | None = None):
     if not request.path.startswith("/api/"):
         # The dashboard's pages get a page, not JSON.
-        return render_template("error.html", status=status, message=message), status
+        return render_template("error.html", status=status, message=message), status, headers
     response = jsonify(error=message)
     response.status_code = status
+    response.headers.update(headers or {})
     return response
 
 
@@ -22,4 +23,4 @@ def handle_http_error(exc: HTTPException):
 
 @bp.app_errorhandler(ServiceError)
 def handle_service_error(exc: ServiceError):
-    return error_response(exc.status, exc.message)
+    return error_response(exc.status, exc.message, exc.headers)

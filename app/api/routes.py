@@ -12,4 +12,5 @@ def health():
 @bp.get("/whoami")
 @token_required
 def whoami():
-    return jsonify(user=g.user.username, org=g.user.org.name, role=g.user.role)
+    return jsonify(user=g.user.username, org=g.user.org.name, role=g.user.role,
+                   key=g.api_key.prefix)

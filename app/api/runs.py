@@ -11,6 +11,7 @@ from app.extensions import db
 from app.models import Run
 from app.services.logs import STREAMS, log_events
 from app.services.run_text import header_line, summary_line, waiting_text
+from app.services.secrets import log_masker
 from app.services.runs import (LIVE, create_run, find_run, list_runs, parse_request, run_dir,
                                run_json, stop_run)
 
@@ -52,6 +53,7 @@ def runs_logs(name: str):
     offsets to start from; ?follow=1 streams until the run ends."""
     run = find_run(g.user.org, name)
     run_id, state = run.id, run_dir(g.user.org, run.name)
+    masker = log_masker(run)
     offsets = {s: request.args.get(s, 0, type=int) for s in STREAMS}
     follow = request.args.get("follow", "") in ("1", "true")
 
@@ -75,7 +77,7 @@ def runs_logs(name: str):
         return event
 
     def lines():
-        for event in log_events(state, offsets, follow, poll_run, end_event):
+        for event in log_events(state, offsets, follow, poll_run, end_event, masker):
             yield json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"
 
     return Response(stream_with_context(lines()), mimetype="application/x-ndjson",

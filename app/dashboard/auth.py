@@ -1,6 +1,7 @@
-"""Sign in and out of the dashboard: username and password, a session
-cookie (HttpOnly, SameSite=Lax, Secure where configured), CSRF on every form
-and HTMX request (Flask-WTF)."""
+"""Sign in and out of the dashboard: username and password (wrong ones
+counted and slowed, app/services/throttle.py), a session cookie (HttpOnly,
+SameSite=Lax, Secure where configured), CSRF on every form and HTMX request
+(Flask-WTF)."""
 from __future__ import annotations
 
 from functools import wraps
@@ -10,6 +11,7 @@ from flask import g, redirect, render_template, request, session, url_for
 from app.dashboard import bp
 from app.extensions import db
 from app.models import User
+from app.services import throttle
 from app.services.errors import Forbidden
 from app.services.passwords import user_for_password
 
@@ -38,18 +40,27 @@ def site_admin_required(view):
 
 @bp.route("/login", methods=["GET", "POST"])
 def login():
-    error = None
+    error, status = None, 200
     if request.method == "POST":
-        user = user_for_password(request.form.get("username", ""), request.form.get("password", ""))
-        if user is not None:
+        username = request.form.get("username", "")[:64]
+        subjects = [f"address {request.remote_addr}", f"user {username}"]
+        try:
+            throttle.check(subjects)
+        except throttle.Throttled as exc:
+            return render_template("login.html", error=exc.message), 429, exc.headers
+        user = user_for_password(username, request.form.get("password", ""))
+        if user is None:
+            throttle.record_failure(subjects, "a wrong password")
+        else:
+            throttle.forget(f"user {username}")
             session.clear()   # a new session on sign-in: no fixation
             session["user_id"] = user.id
             target = request.args.get("next", "")
             # Only paths of this site: never an open redirect.
             return redirect(target if target.startswith("/") and not target.startswith("//")
                             else url_for("dashboard.runs"))
-        error = "Wrong username or password."
-    return render_template("login.html", error=error), 401 if error else 200
+        error, status = "Wrong username or password.", 401
+    return render_template("login.html", error=error), status
 
 
 @bp.post("/logout")

@@ -11,16 +11,20 @@ from flask import g, render_template, request
 from app.dashboard import bp
 from app.dashboard.auth import login_required
 from app.services.logs import STREAMS, read_new, utf8_prefix
+from app.services.masking import Masker
 from app.services.runs import LIVE, find_run, run_dir
+from app.services.secrets import log_masker
 
 WINDOW_BYTES = 64 * 1024
 
 
-def log_window(state_dir: str, ends: dict[str, int] | None = None, live: bool = False):
+def log_window(state_dir: str, masker: Masker, ends: dict[str, int] | None = None,
+               live: bool = False):
     """Up to WINDOW_BYTES of each stream ending at `ends` (the files' ends
-    when None: the tail), from a line's start. Returns the chunks, where
-    they start (for paging backwards) and where they end (for following).
-    While the run writes, a character cut in half at the end is left out."""
+    when None: the tail), from a line's start, secrets masked. Returns the
+    chunks, where they start (for paging backwards) and where they end (for
+    following). While the run writes, a character cut in half at the end, or
+    what may be the start of a secret, is left for the next poll."""
     chunks, starts, stops = [], {}, {}
     for stream in STREAMS:
         path = os.path.join(state_dir, stream)
@@ -28,14 +32,16 @@ def log_window(state_dir: str, ends: dict[str, int] | None = None, live: bool = 
         end = size if ends is None else min(max(0, ends[stream]), size)
         start = max(0, end - WINDOW_BYTES)
         data = _read_range(path, start, end) if end > start else b""
-        if ends is None and live:
+        following = ends is None and live
+        if following:
             data = data[:utf8_prefix(data)]
         if start and b"\n" in data:
             cut = data.index(b"\n") + 1
             data, start = data[cut:], start + cut
-        if data:
-            chunks.append((stream, data.decode("utf-8", "replace")))
-        starts[stream], stops[stream] = start, start + len(data)
+        shown, used = masker.mask(data, final=not following)
+        if shown:
+            chunks.append((stream, shown.decode("utf-8", "replace")))
+        starts[stream], stops[stream] = start, start + used
     return chunks, starts, stops
 
 
@@ -45,13 +51,14 @@ def _read_range(path: str, start: int, end: int) -> bytes:
         return f.read(end - start)
 
 
-def log_since(state_dir: str, offsets: dict[str, int], final: bool):
+def log_since(state_dir: str, masker: Masker, offsets: dict[str, int], final: bool):
     chunks = []
     for stream in STREAMS:
-        data = read_new(os.path.join(state_dir, stream), offsets[stream], final)
-        if data:
-            chunks.append((stream, data.decode("utf-8", "replace")))
-            offsets[stream] += len(data)
+        shown, used = masker.mask(read_new(os.path.join(state_dir, stream), offsets[stream], final),
+                                  final)
+        if shown:
+            chunks.append((stream, shown.decode("utf-8", "replace")))
+        offsets[stream] += used
     return chunks, offsets
 
 
@@ -63,7 +70,8 @@ def run_log(name: str):
     run = find_run(g.user.org, name)
     offsets = {s: max(0, request.args.get(s, 0, type=int)) for s in STREAMS}
     ended = run.status not in LIVE
-    chunks, offsets = log_since(run_dir(g.user.org, run.name), offsets, final=ended)
+    chunks, offsets = log_since(run_dir(g.user.org, run.name), log_masker(run), offsets,
+                                final=ended)
     return render_template("_log_poll.html", run=run, chunks=chunks, offsets=offsets,
                            polling=not ended or bool(chunks))
 
@@ -75,6 +83,6 @@ def run_log_earlier(name: str):
     by HTMX, or a page of its own with JavaScript off."""
     run = find_run(g.user.org, name)
     ends = {s: request.args.get(s, 0, type=int) for s in STREAMS}
-    chunks, starts, _ = log_window(run_dir(g.user.org, run.name), ends)
+    chunks, starts, _ = log_window(run_dir(g.user.org, run.name), log_masker(run), ends)
     template = "_log_earlier_swap.html" if request.headers.get("HX-Request") else "log_earlier.html"
     return render_template(template, run=run, chunks=chunks, starts=starts)

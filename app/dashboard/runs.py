@@ -13,6 +13,7 @@ from app.services.run_text import format_duration, hardware, header_line, summar
 from app.dashboard.logs import log_window
 from app.services.runs import (GPU_TYPES, LIVE, find_run, page_of_runs, run_dir, run_json,
                                stop_run)
+from app.services.secrets import log_masker
 
 
 @bp.app_template_filter("duration")
@@ -46,7 +47,8 @@ def runs():
 def run_page(name: str):
     run = find_run(g.user.org, name)
     live = run.status in LIVE
-    chunks, starts, offsets = log_window(run_dir(g.user.org, run.name), live=live)
+    chunks, starts, offsets = log_window(run_dir(g.user.org, run.name), log_masker(run),
+                                         live=live)
     return render_template("run.html", run=run, doc=run_json(run), header=header_line(run),
                            summary=summary_line(run), live=live, chunks=chunks,
                            starts=starts, offsets=offsets, polling=live)

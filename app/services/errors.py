@@ -5,6 +5,7 @@ from __future__ import annotations
 
 class ServiceError(Exception):
     status = 400
+    headers: dict[str, str] = {}
 
     def __init__(self, message: str):
         super().__init__(message)

@@ -26,17 +26,29 @@ def create_key(user: User, name: str = "") -> str:
     return key
 
 
-def user_for_key(key: str) -> User | None:
-    """The key's user, if the key is valid and not revoked."""
+def key_prefix(key: str) -> str | None:
+    """`div_<id>`: the part of a key that is stored as it is and shown."""
     if not key.startswith(PREFIX) or key.count("_") < 2:
         return None
-    prefix = key[: key.index("_", len(PREFIX))]
+    return key[: key.index("_", len(PREFIX))]
+
+
+def api_key_for(key: str) -> ApiKey | None:
+    """The key's row, if the key is valid and not revoked; marks it used."""
+    prefix = key_prefix(key)
+    if prefix is None:
+        return None
     row = db.session.execute(db.select(ApiKey).filter_by(prefix=prefix)).scalar_one_or_none()
     if row is None or row.revoked_at is not None or not hmac.compare_digest(row.key_hash, _hash(key)):
         return None
     row.last_used_at = utcnow()
     db.session.commit()
-    return row.user
+    return row
+
+
+def user_for_key(key: str) -> User | None:
+    row = api_key_for(key)
+    return None if row is None else row.user
 
 
 def keys_of(user: User) -> list[ApiKey]:

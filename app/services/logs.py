@@ -5,6 +5,8 @@ offsets it has loses nothing and gets nothing twice.
 
   {"stream": "stdout", "offset": 0, "data": "text"}      (valid UTF-8)
   {"stream": "stdout", "offset": 4, "b64": "..."}        (any other bytes)
+  {"stream": "stdout", "offset": 9, "data": "key=***\n", "next": 21}
+      (a secret masked: "next" is where the chunk ends in the file)
   {"event": "status", "status": "queued", "waiting": "behind other jobs"}
   {"event": "end", "run": {...}, "summary": "run-k4t9 finished in ..."}
 """
@@ -14,6 +16,8 @@ import base64
 import os
 import time
 from collections.abc import Callable, Iterator
+
+from app.services.masking import NO_MASK, Masker
 
 STREAMS = ("stdout", "stderr")
 CHUNK = 256 * 1024
@@ -53,9 +57,10 @@ def read_new(path: str, offset: int, final: bool) -> bytes:
 
 def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
                poll_run: Callable[[], tuple[bool, dict]],
-               end_event: Callable[[], dict]) -> Iterator[dict]:
-    """Events from `offsets` on. `poll_run` says whether the run has ended and
-    gives its status event; without `follow`, stops at the current end."""
+               end_event: Callable[[], dict], masker: Masker = NO_MASK) -> Iterator[dict]:
+    """Events from `offsets` on, the run's secrets masked. `poll_run` says
+    whether the run has ended and gives its status event; without `follow`,
+    stops at the current end."""
     paths = {s: os.path.join(state_dir, s) for s in STREAMS}
     offsets = {s: max(0, int(offsets.get(s, 0))) for s in STREAMS}
     last_status, last_event, next_poll = None, time.monotonic(), 0.0
@@ -63,10 +68,14 @@ def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
     while True:
         sent = False
         for stream in STREAMS:
-            data = read_new(paths[stream], offsets[stream], final=ended)
-            if data:
-                yield chunk_event(stream, offsets[stream], data)
-                offsets[stream] += len(data)
+            shown, used = masker.mask(read_new(paths[stream], offsets[stream], final=ended),
+                                      final=ended)
+            if used:
+                event = chunk_event(stream, offsets[stream], shown)
+                if used != len(shown):
+                    event["next"] = offsets[stream] + used
+                yield event
+                offsets[stream] += used
                 sent = True
         if sent:
             last_event = time.monotonic()

@@ -2,6 +2,7 @@
 list and stop, every query scoped by org; and a run as the API's JSON."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -14,11 +15,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import selectinload
 
 from app.extensions import db
-from app.models import Org, Project, Run, User
+from app.models import Org, Project, Run, User, iso_utc
 from app.services.checks import parse_check
 from app.services.errors import Conflict, Invalid, NotFound, Refused, Unavailable
 from app.services.pricing import PriceTable, load_prices, micros, minutes_for, usd_text
 from app.services.run_text import waiting_text
+from app.services.secrets import check_secret_name, seal, values_for_run, write_secrets_file
 from app.services.slurm_access import ensure_org_account, slurm_client, slurm_site
 from app.services.usage import minutes_left
 from app.services.volumes import (check_volume_name, data_path, ensure_volume, org_dir,
@@ -50,6 +52,7 @@ class RunRequest:
     checks: list[str] = field(default_factory=list)
     telemetry: str | None = None
     code_ref: str | None = None
+    secrets: list[str] = field(default_factory=list)
 
 
 def _int(body: dict, key: str, default):
@@ -83,17 +86,19 @@ def parse_request(body: object) -> RunRequest:
     if not isinstance(body, dict):
         raise Invalid("send the run as a JSON object")
     env, checks = body.get("env") or {}, body.get("checks") or []
+    secrets = body.get("secrets") or []
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise Invalid("env must map names to string values")
-    if not isinstance(checks, list) or not all(isinstance(c, str) for c in checks):
-        raise Invalid("checks must be a list of strings")
+    for value, what in ((checks, "checks"), (secrets, "secrets")):
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise Invalid(f"{what} must be a list of strings")
     req = RunRequest(
         project=_str(body, "project") or "", command=_str(body, "command") or "",
         gpu=_str(body, "gpu", "h100"), gpus=_int(body, "gpus", 1),
         cpus=_int(body, "cpu", None), memory_gib=_int(body, "memory", None),
         max_spend_micros=_dollars(_str(body, "max_spend")), name=_str(body, "name"),
         image=_str(body, "image", DEFAULT_IMAGE), env=env, checks=checks,
-        telemetry=_str(body, "telemetry"), code_ref=_str(body, "code"))
+        telemetry=_str(body, "telemetry"), code_ref=_str(body, "code"), secrets=secrets)
     _validate(req)
     return req
 
@@ -123,6 +128,12 @@ def _validate(req: RunRequest) -> None:
             raise Invalid(f"invalid env variable {key!r}")
     for check in req.checks:
         parse_check(check)
+    for name in req.secrets:
+        check_secret_name(name)
+        if name in req.env:
+            raise Invalid(f"{name} is both an env variable and a secret")
+    if len(set(req.secrets)) != len(req.secrets):
+        raise Invalid("a secret is named twice")
     if req.telemetry is not None and len(req.telemetry.encode()) > MAX_TELEMETRY_BYTES:
         raise Invalid("telemetry.toml may be at most 64 KiB")
     if req.code_ref is not None and not CODE_REF.fullmatch(req.code_ref):
@@ -201,13 +212,15 @@ def create_run(user: User, req: RunRequest) -> Run:
             raise NotFound(f"no uploaded code at {req.code_ref}")
     for volume in volumes_in_command(req.command):
         ensure_volume(org, volume)
+    secret_values = values_for_run(org, req.secrets)
 
     run = Run(org_id=org.id, project_id=_project(org, req.project).id, user_id=user.id,
               status="queued", gpu_type=req.gpu, gpus=units, cpus=cpus, memory_gib=memory,
               image=req.image, command=req.command, env=req.env, code_ref=req.code_ref,
               telemetry=req.telemetry, rate_micros_per_hour=rate,
               max_spend_micros=req.max_spend_micros, time_limit_minutes=minutes,
-              time_limit_by=limited_by,
+              time_limit_by=limited_by, secret_names=req.secrets,
+              secrets_sealed=seal(json.dumps(secret_values)) if secret_values else None,
               checks=[{"check": c, "verdict": None, "value": None} for c in req.checks])
     _insert_with_name(run, req.name)
     state = run_dir(org, run.name)
@@ -223,7 +236,8 @@ def create_run(user: User, req: RunRequest) -> Run:
         db.session.rollback()
         raise Invalid(str(exc)) from None
     with open(os.path.join(state, "batch.sh"), "w") as f:
-        f.write(script)   # for admins: what was submitted
+        f.write(script)   # for admins: what was submitted (no secret is in it)
+    write_secrets_file(state, secret_values)
     run.slurm_job_id = _submit(org, script)
     db.session.commit()
     return run
@@ -269,10 +283,6 @@ def stop_run(run: Run) -> bool:
     return True
 
 
-def _iso(moment) -> str | None:
-    return moment.isoformat().replace("+00:00", "Z") if moment else None
-
-
 def run_json(run: Run) -> dict:
     """The run as the API and `div run --json` show it (README: "A run as JSON")."""
     return {
@@ -280,8 +290,8 @@ def run_json(run: Run) -> dict:
         "exit_code": run.exit_code, "waiting": waiting_text(run),
         "gpu": run.gpu_type, "gpus": run.gpus, "cpu": run.cpus, "memory": run.memory_gib,
         "image": run.image, "command": run.command, "env": run.env, "code": run.code_ref,
-        "created_at": _iso(run.created_at), "started_at": _iso(run.started_at),
-        "ended_at": _iso(run.ended_at), "duration": run.elapsed_seconds,
+        "created_at": iso_utc(run.created_at), "started_at": iso_utc(run.started_at),
+        "ended_at": iso_utc(run.ended_at), "duration": run.elapsed_seconds,
         "rate": usd_text(run.rate_micros_per_hour), "cost": usd_text(run.cost_micros),
         "max_spend": usd_text(run.max_spend_micros) if run.max_spend_micros else None,
         "time_limit_minutes": run.time_limit_minutes,

@@ -31,6 +31,9 @@ export div_image=pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime
 export div_scratch_root=/tmp
 export div_gpus=yes
 export div_bind_paths_decl='div_bind_paths=(/opt/conda)'
+if [ -e "$div_state/secrets.env" ]; then
+    . "$div_state/secrets.env" && rm -f "$div_state/secrets.env"
+fi
 : >>"$div_state/metrics.jsonl"
 
 div_node() {

@@ -1,0 +1,39 @@
+"""Your API keys: list (prefix, name, created, last used, revoked), create
+(the key is in this one answer only), revoke (it stops working at once)."""
+from __future__ import annotations
+
+from flask import g, jsonify, request
+
+from app.api import bp
+from app.api.auth import token_required
+from app.models import iso_utc
+from app.services.errors import Invalid, NotFound
+from app.services.keys import create_key, key_prefix, keys_of, revoke_key
+
+
+@bp.get("/keys")
+@token_required
+def keys_list():
+    return jsonify(keys=[{"prefix": key.prefix, "name": key.name,
+                          "created_at": iso_utc(key.created_at),
+                          "last_used_at": iso_utc(key.last_used_at),
+                          "revoked_at": iso_utc(key.revoked_at),
+                          "current": key.id == g.api_key.id} for key in keys_of(g.user)])
+
+
+@bp.post("/keys")
+@token_required
+def keys_create():
+    name = (request.get_json(silent=True) or {}).get("name", "")
+    if not isinstance(name, str) or len(name) > 64:
+        raise Invalid("a key's name is a string of at most 64 characters")
+    key = create_key(g.user, name=name)
+    return jsonify(key=key, prefix=key_prefix(key)), 201
+
+
+@bp.delete("/keys/<prefix>")
+@token_required
+def keys_revoke(prefix: str):
+    if not revoke_key(g.user, prefix):
+        raise NotFound(f"you have no key {prefix!r} that is not revoked")
+    return jsonify(revoked=prefix)

@@ -1,0 +1,169 @@
+"""An org's secrets: credentials a run gets as environment variables. Values
+are encrypted at rest with Fernet (AES-128-CBC with HMAC-SHA256) under the
+site's keys, DIV_SECRETS_KEYS or else instance/secrets_key: the first key
+encrypts, every key decrypts, so a key is rotated by putting a new one first
+and re-encrypting (`flask rotate-secrets`). No API answer and no page ever
+holds a value; a run's log shows *** where a value it was given appears."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from flask import current_app
+
+from app import instance_secret
+from app.extensions import db
+from app.models import Org, Run, Secret, User, utcnow
+from app.services.errors import Invalid, NotFound, Unavailable
+from app.services.masking import Masker
+from slurm.jobspec import ENV_KEY
+from slurm.script import SECRETS_FILE, secrets_file_text
+
+MAX_VALUE_BYTES = 64 * 1024
+# Ours: a run's identity and Slurm's own variables are not for a secret to set.
+# (and div_ in any case: the batch script's own variables).
+RESERVED_PREFIXES = ("DIV_", "SLURM_")
+
+
+def _key_file() -> str:
+    return os.path.join(current_app.instance_path, "secrets_key")
+
+
+def site_keys() -> list[str]:
+    """The configured keys, first the one that encrypts. Read on every use,
+    so a rotation reaches running servers without a restart."""
+    text = current_app.config.get("DIV_SECRETS_KEYS") or instance_secret(
+        _key_file(), lambda: Fernet.generate_key().decode())
+    return [key for key in re.split(r"[\s,]+", text) if key]
+
+
+def _cipher(keys: list[str] | None = None) -> MultiFernet:
+    try:
+        return MultiFernet([Fernet(key) for key in keys or site_keys()])
+    except ValueError:
+        raise Unavailable("DIV_SECRETS_KEYS holds a key that is not a Fernet key "
+                          "(32 url-safe base64-encoded bytes)") from None
+
+
+def seal(text: str) -> str:
+    return _cipher().encrypt(text.encode()).decode()
+
+
+def unseal(token: str) -> str:
+    try:
+        return _cipher().decrypt(token.encode()).decode()
+    except InvalidToken:
+        raise Unavailable("a secret cannot be decrypted with the configured keys "
+                          "(was a key removed before `flask rotate-secrets`?)") from None
+
+
+def check_secret_name(name: object) -> str:
+    if not isinstance(name, str) or not ENV_KEY.fullmatch(name):
+        raise Invalid(f"invalid secret name {name!r}: letters, digits and _, "
+                      "not starting with a digit (it becomes an environment variable)")
+    if name.upper().startswith(RESERVED_PREFIXES):
+        raise Invalid(f"{name}: names starting with {' or '.join(RESERVED_PREFIXES)} are reserved")
+    return name
+
+
+def set_secret(user: User, name: str, value: object) -> Secret:
+    check_secret_name(name)
+    if not isinstance(value, str) or not value:
+        raise Invalid("a secret's value is a non-empty string")
+    if len(value.encode()) > MAX_VALUE_BYTES or "\0" in value:
+        raise Invalid("a secret's value is at most 64 KiB, without NUL bytes")
+    row = _find(user.org, name, missing_ok=True) or Secret(org_id=user.org_id, name=name)
+    row.sealed_value, row.set_by, row.set_at = seal(value), user, utcnow()
+    db.session.add(row)
+    db.session.commit()
+    return row
+
+
+def _find(org: Org, name: str, missing_ok: bool = False) -> Secret | None:
+    row = db.session.execute(db.select(Secret).filter_by(org_id=org.id, name=name)
+                             ).scalar_one_or_none()
+    if row is None and not missing_ok:
+        raise NotFound(f"no secret named {name!r}")
+    return row
+
+
+def secrets_of(org: Org) -> list[Secret]:
+    return list(db.session.execute(db.select(Secret).filter_by(org_id=org.id)
+                                   .order_by(Secret.name)).scalars())
+
+
+def delete_secret(org: Org, name: str) -> None:
+    db.session.delete(_find(org, check_secret_name(name)))
+    db.session.commit()
+
+
+def values_for_run(org: Org, names: list[str]) -> dict[str, str]:
+    """The values of the secrets a run asks for, by name."""
+    values = {}
+    for name in names:
+        row = _find(org, check_secret_name(name), missing_ok=True)
+        if row is None:
+            raise NotFound(f"no secret named {name!r}: set it first with `div secrets set {name}`")
+        values[name] = unseal(row.sealed_value)
+    return values
+
+
+def write_secrets_file(state_dir: str, values: dict[str, str]) -> None:
+    """The values for the batch script to read and delete (0600, made new)."""
+    if not values:
+        return
+    fd = os.open(os.path.join(state_dir, SECRETS_FILE),
+                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets_file_text(values))
+
+
+def remove_secrets_file(state_dir: str) -> None:
+    """For a run that ended before its script read them (canceled queued)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(state_dir, SECRETS_FILE))
+
+
+def log_masker(run: Run) -> Masker:
+    """Masks the values a run was given (as they were when it started)."""
+    return Masker(list(json.loads(unseal(run.secrets_sealed)).values())
+                  if run.secrets_sealed else [])
+
+
+def rotate(new_key: bool) -> int:
+    """Re-encrypts every secret (and every run's sealed values) under the
+    first key. With `new_key` (keys kept in instance/secrets_key) a fresh key
+    is made first and the old ones dropped once nothing needs them. Returns
+    how many values were re-encrypted."""
+    from_env = bool(current_app.config.get("DIV_SECRETS_KEYS"))
+    if new_key and from_env:
+        raise Invalid("the keys come from DIV_SECRETS_KEYS: put a new key first there, "
+                      "restart, then rotate without --new-key")
+    keys = site_keys()
+    if new_key:
+        keys = [Fernet.generate_key().decode(), *keys]
+        _write_keys(keys)
+    cipher = _cipher(keys)
+    count = 0
+    for row in db.session.execute(db.select(Secret)).scalars():
+        row.sealed_value = cipher.rotate(row.sealed_value.encode()).decode()
+        count += 1
+    for run in db.session.execute(db.select(Run).where(Run.secrets_sealed.is_not(None))).scalars():
+        run.secrets_sealed = cipher.rotate(run.secrets_sealed.encode()).decode()
+        count += 1
+    db.session.commit()
+    if new_key:
+        _write_keys(keys[:1])
+    return count
+
+
+def _write_keys(keys: list[str]) -> None:
+    path = _key_file()
+    temp = f"{path}.{os.getpid()}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(keys) + "\n")
+    os.replace(temp, path)

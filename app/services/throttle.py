@@ -1,0 +1,73 @@
+"""Slows brute force on API keys and passwords: failures are counted per
+subject (a client address, a username) in the database, so every worker of
+every server process counts the same. After `DIV_AUTH_MAX_FAILURES` failures
+within `DIV_AUTH_WINDOW` seconds, that subject's attempts are answered 429
+until the window has passed, the right key or password included. Each
+failure is logged with the subject and its count."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import sqlalchemy as sa
+from flask import current_app
+from sqlalchemy.exc import IntegrityError
+
+from app.extensions import db
+from app.models import AuthFailure, utcnow
+from app.services.errors import ServiceError
+
+
+class Throttled(ServiceError):
+    status = 429
+
+    def __init__(self, seconds: int):
+        super().__init__(f"too many failed attempts: try again in {seconds} s")
+        self.headers = {"Retry-After": str(seconds)}
+
+
+def _window() -> timedelta:
+    return timedelta(seconds=current_app.config["DIV_AUTH_WINDOW"])
+
+
+def check(subjects: list[str]) -> None:
+    """Throttled if any subject has used up its failures in this window."""
+    now, window = utcnow(), _window()
+    rows = db.session.execute(sa.select(AuthFailure).where(
+        AuthFailure.subject.in_(subjects),
+        AuthFailure.failures >= current_app.config["DIV_AUTH_MAX_FAILURES"],
+        AuthFailure.window_start > now - window)).scalars().all()
+    if rows:
+        ends = max(row.window_start for row in rows) + window
+        raise Throttled(max(1, int((ends - now).total_seconds()) + 1))
+
+
+def record_failure(subjects: list[str], what: str) -> None:
+    for subject in subjects:
+        count = _count_one(subject)
+        current_app.logger.warning("auth: %s from %s (%d in the window)", what, subject, count)
+
+
+def _count_one(subject: str) -> int:
+    now, table = utcnow(), AuthFailure.__table__
+    for _ in range(3):
+        # In the window: one more. Out of it (or new): start a new window.
+        if not db.session.execute(table.update().where(
+                table.c.subject == subject, table.c.window_start > now - _window())
+                .values(failures=table.c.failures + 1)).rowcount:
+            if not db.session.execute(table.update().where(table.c.subject == subject)
+                                      .values(failures=1, window_start=now)).rowcount:
+                try:
+                    db.session.execute(table.insert().values(subject=subject, failures=1,
+                                                             window_start=now))
+                except IntegrityError:      # another worker inserted it first
+                    db.session.rollback()
+                    continue
+        db.session.commit()
+        return db.session.get(AuthFailure, subject, populate_existing=True).failures
+    raise RuntimeError(f"could not count a failure for {subject}")
+
+
+def forget(subject: str) -> None:
+    """After a right password: that user's count starts again."""
+    db.session.execute(sa.delete(AuthFailure).where(AuthFailure.subject == subject))
+    db.session.commit()

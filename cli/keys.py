@@ -1,0 +1,61 @@
+"""`div whoami` and `div keys create|ls|revoke`: who the key in use belongs
+to, and that user's API keys."""
+from __future__ import annotations
+
+import click
+
+from cli.context import pass_api
+from cli.output import print_json, started, table
+
+
+@click.command("whoami")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_api
+def whoami(api, as_json: bool) -> None:
+    """Show the user, org and role of the key in use."""
+    me = api.get("/whoami")
+    if as_json:
+        return print_json(me)
+    click.echo(f"{me['user']} in {me['org']} ({me['role']}), key {me['key']}_… at {api.url}")
+
+
+@click.group("keys")
+def keys() -> None:
+    """Your API keys: create one for each machine, revoke a lost one."""
+
+
+@keys.command("create")
+@click.option("--name", default="", metavar="NAME", help="A label, such as the machine's name.")
+@pass_api
+def keys_create(api, name: str) -> None:
+    """Create a key. It is printed this once: keep it."""
+    made = api.post("/keys", {"name": name})
+    click.echo(made["key"])
+    click.echo(f"key {made['prefix']}_… created; it is shown only now. "
+               f"Use it with: div login --token <key>", err=True)
+
+
+@keys.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_api
+def keys_ls(api, as_json: bool) -> None:
+    """List your keys: prefix, name, when made, last used, revoked."""
+    rows = api.get("/keys")["keys"]
+    if as_json:
+        return print_json(rows)
+    table(["KEY", "NAME", "CREATED", "LAST USED", "STATE"],
+          [[f"{row['prefix']}_…", row["name"] or "-", started(row["created_at"]),
+            started(row["last_used_at"]) if row["last_used_at"] else "never",
+            "revoked" if row["revoked_at"] else "in use here" if row["current"] else "active"]
+           for row in rows])
+
+
+@keys.command("revoke")
+@click.argument("prefix", metavar="KEY_PREFIX")
+@pass_api
+def keys_revoke(api, prefix: str) -> None:
+    """Revoke a key (its div_xxxxxxxxxxxx prefix, as `div keys ls` shows it).
+    It stops working at once."""
+    prefix = prefix.rstrip("_…")
+    api.delete(f"/keys/{prefix}")
+    click.echo(f"key {prefix}_… revoked", err=True)
