@@ -80,10 +80,12 @@ class Stack:
         return env
 
     def div(self, *args: str, cwd: Path, org: str = "e2e", env: dict | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess:
+            timeout: float = 120, input: bytes | None = None) -> subprocess.CompletedProcess:
+        """`div` as a cron job runs it: no terminal; stdin empty or `input`."""
+        stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
         return subprocess.run([str(VENV_BIN / "div"), *args], cwd=cwd,
                               env=env or self.div_env(org), capture_output=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+                              timeout=timeout, **stdin)
 
     def api(self, method: str, path: str, org: str = "e2e", headers: dict | None = None,
             **kwargs) -> requests.Response:

@@ -316,3 +316,18 @@ def test_the_cluster_page_is_for_site_admins_and_shows_slurms_gpus(app):
     assert "<tr><td>alice-011</td><td>acme</td><td>2 x H100</td><td>waiting for 2 x H100</td>" in page
     assert "Queued runs (1)" in page
     assert "<tr><td>H100</td><td>$4.80</td></tr>" in page
+
+
+def test_wrong_passwords_are_slowed_per_address_and_per_user(app):
+    def attempt(password, address, username="alice"):
+        client = app.test_client()
+        client.environ_base["REMOTE_ADDR"] = address
+        return sign_in(client, username=username, password=password)
+
+    for n in range(10):
+        assert attempt(f"guess number {n}", f"10.1.0.{n}").status_code == 401
+    # Ten addresses, one user: that user's sign-in waits, even with the password.
+    refused = attempt(PASSWORD, "10.1.0.99")
+    assert refused.status_code == 429 and "too many failed attempts" in refused.get_data(as_text=True)
+    assert int(refused.headers["Retry-After"]) > 200
+    assert attempt(PASSWORD, "10.1.0.99", username="bob").status_code == 302

@@ -82,13 +82,19 @@ div_cleanup() {
 }
 
 div_exec() {
-    local args=(--die-with-parent --unshare-pid --unshare-ipc
+    local args=(--die-with-parent --unshare-pid --unshare-ipc --cap-drop ALL
         --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib
         --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin
-        --ro-bind /etc /etc --proc /proc --dev /dev --tmpfs /tmp
+        --proc /proc --dev /dev --tmpfs /tmp
         --bind "$scratch/mnt" /mnt --bind "$scratch/workspace" /workspace
         --bind "$div_state/metrics.jsonl" "$DIV_METRICS"
         --setenv HOME /workspace --chdir /workspace)
+    local etc
+    for etc in passwd group nsswitch.conf hosts hostname resolv.conf host.conf gai.conf \
+        services protocols localtime timezone ssl ca-certificates pki ld.so.cache \
+        ld.so.conf ld.so.conf.d alternatives os-release mime.types /etc/python3*; do
+        args+=(--ro-bind-try "/etc/${etc#/etc/}" "/etc/${etc#/etc/}")
+    done
     local p v
     for p in "${div_bind_paths[@]}"; do args+=(--ro-bind "$p" "$p"); done
     for p in /dev/nvidia* /dev/dri; do [ -e "$p" ] && args+=(--dev-bind "$p" "$p"); done
