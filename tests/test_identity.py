@@ -85,7 +85,8 @@ def test_a_secret_reaches_its_run_as_stars_and_is_never_at_rest_in_clear(stack, 
 
     session = _dashboard_session(stack, "e2e-user", "secret-test-password")
     page = session.get(f"{stack.url}/runs/shows-a-secret").text
-    assert "token is ***" in page and value not in page and "API_TOKEN" in page
+    assert "token is ***" in page and "<code>API_TOKEN</code>" in page
+    assert value not in page
 
     state = stack.data_dir / "runs/e2e/shows-a-secret"
     assert value in (state / "stdout").read_text()      # the run's own file, on the share
@@ -157,7 +158,7 @@ def test_a_run_sees_its_own_volumes_and_workspace_and_nothing_else(stack, projec
                             if not p.name.startswith(".")}
     assert lines[1] == "workspace: data.txt probe.sh"          # its own code, nothing more
     assert not [line for line in lines if line.startswith("reachable")]
-    assert "CapEff:\t0000000000000000" in lines and lines[-1] == "probing"
+    assert "CapEff:\t0000000000000000" in lines and lines[-1] == "echo probing"
 
 
 def _from(address: str, port: int, key: str) -> http.client.HTTPResponse:
