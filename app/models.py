@@ -198,3 +198,29 @@ class AuthFailure(db.Model):
     subject: Mapped[str] = mapped_column(sa.String(160), primary_key=True)
     failures: Mapped[int] = mapped_column(default=0)
     window_start: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Schedule(db.Model):
+    """A run the reconciler starts on a cron schedule (app/services/schedules.py):
+    the request `div run` would send, code already uploaded, run as the
+    user who made it."""
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"))
+    user_id: Mapped[int] = mapped_column(sa.ForeignKey("user.id"))
+    name: Mapped[str] = mapped_column(sa.String(63))
+    cron: Mapped[str] = mapped_column(sa.String(200))
+    request: Mapped[dict] = mapped_column(sa.JSON)
+    next_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_run_name: Mapped[str | None] = mapped_column(sa.String(63))
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    user = relationship("User")
+
+    __table_args__ = (
+        sa.UniqueConstraint("org_id", "name"),
+        # The reconciler: every schedule that is due.
+        sa.Index("ix_schedule_next_at", "next_at"),
+    )

@@ -1,9 +1,10 @@
 """The reconciler: one process that follows Slurm and settles runs. Each
 cycle asks Slurm about every live run at once (one squeue and one sacct
 call), moves states, accrues cost and, at the end, writes the exit code and
-the final cost. It keeps no state of its own: everything is rebuilt from the
-database and Slurm, so it can be restarted at any time. A lease in the
-database makes sure that of several reconcilers only one acts."""
+the final cost; then it starts the runs of schedules that are due. It keeps
+no state of its own: everything is rebuilt from the database and Slurm, so
+it can be restarted at any time. A lease in the database makes sure that of
+several reconcilers only one acts."""
 from __future__ import annotations
 
 import logging
@@ -19,6 +20,7 @@ from app.services.checks import verdict
 from app.services.metrics import MetricsRead, read_metrics
 from app.services.pricing import cost
 from app.services.runs import LIVE, run_dir, run_json
+from app.services.schedules import fire_due
 from app.services.secrets import remove_secrets_file
 from app.services.usage import month_spend
 from app.services.slurm_access import slurm_client
@@ -142,6 +144,7 @@ def run_forever(interval: float, stop_after: float | None = None) -> None:
                     acting = True
                 try:
                     reconcile_once()
+                    fire_due()
                 except SlurmError as exc:
                     db.session.rollback()
                     log.warning("Slurm did not answer: %s", exc)

@@ -7,6 +7,7 @@ from cli.keys import keys, whoami
 from cli.login import login
 from cli.run import run
 from cli.runs import logs, ls, stop
+from cli.schedule import schedule
 from cli.secrets import secrets
 from cli.storage import storage
 from cli.usage import usage
@@ -18,5 +19,5 @@ def cli() -> None:
     """divergent: run code on your organisation's GPUs."""
 
 
-for command in (run, logs, stop, ls, login, whoami, keys, secrets, storage, usage):
+for command in (run, logs, stop, ls, login, whoami, keys, secrets, schedule, storage, usage):
     cli.add_command(command)

@@ -73,35 +73,14 @@ def _callback(parse, *extra):
 @click.option("--json", "as_json", is_flag=True,
               help="Print the run as JSON when it ends (with --detach, when it starts).")
 @pass_api
-def run(api, words, gpu, gpus, cpus, memory, max_spend, project, name, image, env_items,
-        secrets, checks, telemetry, volume, no_upload, detach, as_json):
+def run(api, detach: bool, as_json: bool, **flags):
     """Start a run with this folder's code and stream its log until it ends.
 
     \b
       div run --gpu h100 train.py::run --max-spend 5
       div run --detach -- torchrun --nproc-per-node 8 train.py
     """
-    ctx = click.get_current_context()
-    command = command_for(words, ctx.meta["after_dashes"])
-    check_hardware(gpu, gpus, cpus or gpus, memory or 1)
-    root = Path.cwd()
-    project = project or safe_project_name(root.resolve().name)
-    telemetry = telemetry or (None if no_upload else _present(root / "telemetry.toml"))
-    body = {"project": project, "command": command, "gpu": gpu, "gpus": gpus, "cpu": cpus,
-            "memory": memory, "name": name, "image": image, "env": env_items or {},
-            "secrets": secrets, "checks": [c["check"] for c in checks],
-            "telemetry": telemetry.read_text() if telemetry else None,
-            "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f")}
-    if not no_upload:
-        paths = list_files(root)
-        if not paths:
-            raise click.UsageError(f"nothing to upload in {root}; to run the image as it "
-                                   "is, use --no-upload")
-        tree = upload(api, volume or f"{project}-code", hash_files(root, paths))
-        click.echo(f"{count(tree['files'], 'file')}, {format_bytes(tree['bytes'])} → "
-                   f"{tree['ref']}", err=True)
-        body["code"] = tree["ref"]
-
+    body = run_request(api, flags, click.get_current_context().meta["after_dashes"])
     created = api.post("/runs", body)
     started = created["run"]
     click.echo(created["header"], err=True)
@@ -119,6 +98,34 @@ def run(api, words, gpu, gpus, cpus, memory, max_spend, project, name, image, en
     if as_json:
         print_json(end["run"])
     sys.exit(exit_code_for(end["run"]))
+
+
+def run_request(api, params: dict, after_dashes: bool) -> dict:
+    """The request for POST /runs from `div run`'s parsed flags, the code
+    uploaded first (unless --no-upload). `div schedule create` uses it too."""
+    command = command_for(params["words"], after_dashes)
+    gpu, gpus, cpus, memory = params["gpu"], params["gpus"], params["cpus"], params["memory"]
+    check_hardware(gpu, gpus, cpus or gpus, memory or 1)
+    root = Path.cwd()
+    project = params["project"] or safe_project_name(root.resolve().name)
+    no_upload, max_spend = params["no_upload"], params["max_spend"]
+    telemetry = params["telemetry"] or (None if no_upload else _present(root / "telemetry.toml"))
+    body = {"project": project, "command": command, "gpu": gpu, "gpus": gpus, "cpu": cpus,
+            "memory": memory, "name": params["name"], "image": params["image"],
+            "env": params["env_items"] or {}, "secrets": params["secrets"],
+            "checks": [c["check"] for c in params["checks"]],
+            "telemetry": telemetry.read_text() if telemetry else None,
+            "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f")}
+    if not no_upload:
+        paths = list_files(root)
+        if not paths:
+            raise click.UsageError(f"nothing to upload in {root}; to run the image as it "
+                                   "is, use --no-upload")
+        tree = upload(api, params["volume"] or f"{project}-code", hash_files(root, paths))
+        click.echo(f"{count(tree['files'], 'file')}, {format_bytes(tree['bytes'])} → "
+                   f"{tree['ref']}", err=True)
+        body["code"] = tree["ref"]
+    return body
 
 
 def _present(path: Path) -> Path | None:

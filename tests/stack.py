@@ -4,6 +4,7 @@ and the real `div` command run as a subprocess against them."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -92,6 +93,17 @@ class Stack:
         headers = {"Authorization": f"Bearer {self.tokens[org]}", **(headers or {})}
         return requests.request(method, f"{self.url}/api/v1{path}", timeout=30,
                                 headers=headers, **kwargs)
+
+    def dashboard_session(self, username: str, password: str) -> requests.Session:
+        """A signed-in dashboard session (a password set, the CSRF token used)."""
+        self.flask("set-password", username, "--password", password)
+        session = requests.Session()
+        page = session.get(f"{self.url}/login").text
+        token = re.search(r'name="csrf-token" content="([^"]+)"', page).group(1)
+        signed_in = session.post(f"{self.url}/login", data={
+            "username": username, "password": password, "csrf_token": token})
+        assert signed_in.status_code == 200 and "<h1>Runs</h1>" in signed_in.text
+        return session
 
     def run_json(self, name: str, org: str = "e2e") -> dict:
         answer = self.api("GET", f"/runs/{name}", org)

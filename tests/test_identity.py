@@ -10,7 +10,6 @@ import json
 import re
 import secrets
 
-import requests
 import sqlalchemy as sa
 
 from tests.conftest import DEV_STATE
@@ -44,17 +43,6 @@ def test_keys_are_made_listed_and_revoked_at_once(stack, project):
     assert stack.api("GET", "/whoami", org="other").status_code == 200
 
 
-def _dashboard_session(stack, username: str, password: str) -> requests.Session:
-    stack.flask("set-password", username, "--password", password)
-    session = requests.Session()
-    page = session.get(f"{stack.url}/login").text
-    token = re.search(r'name="csrf-token" content="([^"]+)"', page).group(1)
-    signed_in = session.post(f"{stack.url}/login", data={
-        "username": username, "password": password, "csrf_token": token})
-    assert signed_in.status_code == 200 and "<h1>Runs</h1>" in signed_in.text
-    return session
-
-
 def test_a_secret_reaches_its_run_as_stars_and_is_never_at_rest_in_clear(stack, project):
     value = "hunter2-" + secrets.token_hex(12)
     set_it = stack.div("secrets", "set", "API_TOKEN", cwd=project, input=f"{value}\n".encode())
@@ -83,7 +71,7 @@ def test_a_secret_reaches_its_run_as_stars_and_is_never_at_rest_in_clear(stack, 
     again = stack.div("logs", "shows-a-secret", cwd=project)
     assert again.stdout.decode() == out and value not in again.stderr.decode()
 
-    session = _dashboard_session(stack, "e2e-user", "secret-test-password")
+    session = stack.dashboard_session("e2e-user", "secret-test-password")
     page = session.get(f"{stack.url}/runs/shows-a-secret").text
     assert "token is ***" in page and "<code>API_TOKEN</code>" in page
     assert value not in page
@@ -132,7 +120,7 @@ def test_another_orgs_key_finds_nothing_of_this_org(stack, project):
                          "true", cwd=project, org="other")
     assert borrowed.returncode == 1 and b"no secret named 'E2E_ONLY'" in borrowed.stderr
     # The dashboard: another org's run and its telemetry are 404s too.
-    session = _dashboard_session(stack, "other-user", "other-test-password")
+    session = stack.dashboard_session("other-user", "other-test-password")
     for path in ("/runs/e2e-owned", "/runs/e2e-owned/telemetry.json", "/runs/e2e-owned/log"):
         assert session.get(f"{stack.url}{path}").status_code == 404, path
 

@@ -1,10 +1,13 @@
 """`div` as a cron job runs it: no terminal, so never a prompt, and an API
-it cannot reach is a non-zero exit with one line on stderr."""
+it cannot reach is a non-zero exit with one line on stderr. And schedules,
+which the server keeps so that no crontab is needed at all."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
+import time
 
 from tests.stack import VENV_BIN
 
@@ -44,3 +47,34 @@ def test_nothing_asks_when_there_is_no_terminal(tmp_path):
         assert says in done.stderr.decode(), (args, done.stderr)
     no_key = _div("ls", cwd=tmp_path, home=tmp_path, DIV_API_URL=url)
     assert no_key.returncode == 2 and b"div login" in no_key.stderr
+
+
+def test_a_schedule_starts_its_run_within_a_minute(stack, project):
+    (project / "eval.py").write_text("print('evaluated')\n")
+    bad = stack.div("schedule", "create", "--cron", "61 * * * *", "--", "--gpu", "cpu",
+                    "eval.py", cwd=project)
+    assert bad.returncode == 1 and b"cron: minute: '61' is outside 0-59" in bad.stderr
+    made = stack.div("schedule", "create", "--cron", "* * * * *", "--name", "every-minute",
+                     "--", "--gpu", "cpu", "eval.py", "--check", "exit_code==0", cwd=project)
+    assert made.returncode == 0 and made.stdout == b"every-minute\n", made.stderr
+    listed = json.loads(stack.div("schedule", "ls", "--json", cwd=project).stdout)
+    assert [(s["name"], s["cron"], s["command"]) for s in listed] == [
+        ("every-minute", "* * * * *", "python -u eval.py")]
+
+    deadline = time.monotonic() + 90          # the next minute, and a reconciler cycle
+    fired = None
+    while fired is None and time.monotonic() < deadline:
+        fired = stack.api("GET", "/schedules").json()["schedules"][0]["last_run"]
+        time.sleep(1)
+    assert fired, "the schedule did not start a run within 90 s"
+    run = stack.wait_for_status(fired, "succeeded", timeout=60)
+    assert run["checks"][0]["verdict"] == "passed"
+    assert stack.div("logs", fired, cwd=project).stdout == b"evaluated\n"
+
+    page = stack.dashboard_session("e2e-user", "schedule-test-password").get(
+        f"{stack.url}/schedules").text
+    assert "every-minute" in page and f">{fired}</a>" in page
+    assert "every-minute" not in stack.api("GET", "/schedules", org="other").text
+    assert stack.api("DELETE", "/schedules/every-minute", org="other").status_code == 404
+    assert stack.div("schedule", "rm", "every-minute", cwd=project).returncode == 0
+    assert stack.api("GET", "/schedules").json()["schedules"] == []

@@ -2,5 +2,5 @@ from flask import Blueprint
 
 bp = Blueprint("api", __name__)
 
-from app.api import (code, errors, keys, routes, runs, secrets, storage,  # noqa: E402,F401
-                     usage)
+from app.api import (code, errors, keys, routes, runs, schedules,  # noqa: E402,F401
+                     secrets, storage, usage)

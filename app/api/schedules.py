@@ -1,0 +1,34 @@
+"""The org's schedules: create (a cron expression and the run `div run`
+would send), list, delete."""
+from __future__ import annotations
+
+from flask import g, jsonify, request
+
+from app.api import bp
+from app.api.auth import token_required
+from app.services.errors import Invalid
+from app.services.schedules import (create_schedule, delete_schedule, schedule_json,
+                                    schedules_of)
+
+
+@bp.get("/schedules")
+@token_required
+def schedules_list():
+    return jsonify(schedules=[schedule_json(row) for row in schedules_of(g.user.org)])
+
+
+@bp.post("/schedules")
+@token_required
+def schedules_create():
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise Invalid('send {"cron": "0 3 * * *", "run": {...}}')
+    row = create_schedule(g.user, body.get("cron"), body.get("run"), body.get("name"))
+    return jsonify(schedule=schedule_json(row)), 201
+
+
+@bp.delete("/schedules/<name>")
+@token_required
+def schedules_delete(name: str):
+    delete_schedule(g.user.org, name)
+    return jsonify(deleted=name)

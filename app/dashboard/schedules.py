@@ -1,0 +1,23 @@
+"""The Schedules page: the org's schedules, when each runs next and how its
+last run went."""
+from __future__ import annotations
+
+from flask import flash, g, redirect, render_template, url_for
+
+from app.dashboard import bp
+from app.dashboard.auth import login_required
+from app.services.schedules import delete_schedule, schedules_of
+
+
+@bp.get("/schedules")
+@login_required
+def schedules():
+    return render_template("schedules.html", schedules=schedules_of(g.user.org))
+
+
+@bp.post("/schedules/<name>/delete")
+@login_required
+def schedule_delete(name: str):
+    delete_schedule(g.user.org, name)
+    flash(f"Schedule {name} deleted; runs it started go on.")
+    return redirect(url_for("dashboard.schedules"))

@@ -1,0 +1,95 @@
+"""Schedules: a run the reconciler starts at the times of a cron expression
+(UTC), so a team's nightly evaluation needs no crontab on a laptop. The run
+is the request `div run` would send, checked when the schedule is made; its
+code is the tree uploaded then. Each firing moves `next_at` on before it
+submits, so a reconciler that dies mid-way skips a run rather than start
+two."""
+from __future__ import annotations
+
+import logging
+import secrets
+from datetime import datetime
+
+from app.extensions import db
+from app.models import Org, Schedule, User, iso_utc, utcnow
+from app.services.cron import CronError, parse_cron
+from app.services.errors import Conflict, Invalid, NotFound, ServiceError
+from app.services.runs import create_run, parse_request
+from app.services.secrets import values_for_run
+from slurm.jobspec import RUN_NAME
+
+log = logging.getLogger("divergent.schedules")
+
+
+def _cron(text: object):
+    try:
+        return parse_cron(text)
+    except CronError as exc:
+        raise Invalid(f"cron: {exc}") from None
+
+
+def create_schedule(user: User, cron_text: object, run_request: object,
+                    name: str | None = None) -> Schedule:
+    cron = _cron(cron_text)
+    req = parse_request(run_request)
+    if req.name is not None:
+        raise Invalid("a schedule's runs get names of their own: leave out --name")
+    values_for_run(user.org, req.secrets)      # a secret it names must exist now
+    if name is not None and (not isinstance(name, str) or not RUN_NAME.fullmatch(name)):
+        raise Invalid(f"invalid schedule name {name!r}: lowercase letters, digits and -")
+    name = name or f"sched-{secrets.token_hex(3)}"
+    if _find(user.org, name, missing_ok=True) is not None:
+        raise Conflict(f"a schedule named {name} already exists")
+    row = Schedule(org_id=user.org_id, user=user, name=name, cron=cron.text,
+                   request=run_request, next_at=cron.next_after(utcnow()))
+    db.session.add(row)
+    db.session.commit()
+    return row
+
+
+def _find(org: Org, name: str, missing_ok: bool = False) -> Schedule | None:
+    row = db.session.execute(db.select(Schedule).filter_by(org_id=org.id, name=name)
+                             ).scalar_one_or_none()
+    if row is None and not missing_ok:
+        raise NotFound(f"no schedule named {name!r}")
+    return row
+
+
+def schedules_of(org: Org) -> list[Schedule]:
+    return list(db.session.execute(db.select(Schedule).filter_by(org_id=org.id)
+                                   .order_by(Schedule.name)).scalars())
+
+
+def delete_schedule(org: Org, name: str) -> None:
+    db.session.delete(_find(org, name))
+    db.session.commit()
+
+
+def schedule_json(row: Schedule) -> dict:
+    return {"name": row.name, "cron": row.cron, "command": row.request.get("command"),
+            "project": row.request.get("project"), "gpu": row.request.get("gpu"),
+            "created_by": row.user.username, "next_at": iso_utc(row.next_at),
+            "last_at": iso_utc(row.last_at), "last_run": row.last_run_name,
+            "last_error": row.last_error}
+
+
+def fire_due(now: datetime | None = None) -> int:
+    """Starts the run of every schedule that is due; returns how many fired."""
+    now = now or utcnow()
+    due = list(db.session.execute(db.select(Schedule).where(Schedule.next_at <= now)
+                                  .order_by(Schedule.next_at)).scalars())
+    for row in due:
+        schedule_id = row.id
+        row.next_at, row.last_at = parse_cron(row.cron).next_after(now), now
+        db.session.commit()
+        try:
+            run = create_run(row.user, parse_request(row.request))
+        except ServiceError as exc:
+            db.session.rollback()
+            row = db.session.get(Schedule, schedule_id)
+            row.last_run_name, row.last_error = None, exc.message
+            log.warning("schedule %s did not start a run: %s", row.name, exc.message)
+        else:
+            row.last_run_name, row.last_error = run.name, None
+        db.session.commit()
+    return len(due)

@@ -1,0 +1,65 @@
+"""`div schedule create|ls|rm`: runs the server starts on a cron schedule,
+so a nightly evaluation needs no crontab on a laptop."""
+from __future__ import annotations
+
+import click
+
+from cli.context import pass_api
+from cli.flags import parse_name
+from cli.output import print_json, started, table
+from cli.run import run, run_request
+
+
+@click.group("schedule")
+def schedule() -> None:
+    """Runs the server starts on a cron schedule (times in UTC)."""
+
+
+@schedule.command("create", context_settings={"ignore_unknown_options": True,
+                                              "allow_interspersed_args": False})
+@click.option("--cron", required=True, metavar="'M H DOM MON DOW'",
+              help="When, in UTC, as crontab writes it: '0 3 * * *' is 03:00 every day.")
+@click.option("--name", callback=lambda ctx, param, value: value and parse_name(value, "--name"),
+              help="The schedule's name.  [default: generated]")
+@click.argument("run_args", nargs=-1, type=click.UNPROCESSED, metavar="-- <div run flags and entrypoint>")
+@pass_api
+def schedule_create(api, cron: str, name: str | None, run_args: tuple[str, ...]) -> None:
+    """Start a run like `div run` would, at every time the cron expression
+    names. The code is uploaded now: each run gets this folder as it is
+    today (make the schedule again to change it).
+
+    \b
+      div schedule create --cron '0 3 * * *' -- --gpu h100 eval.py \\
+          --check 'metrics.accuracy>=0.8' --max-spend 5
+    """
+    run_ctx = run.make_context("div schedule create -- ", list(run_args))
+    flags = {k: v for k, v in run_ctx.params.items()
+             if k not in ("detach", "as_json", "token", "api_url")}
+    body = run_request(api, flags, run_ctx.meta["after_dashes"])
+    made = api.post("/schedules", {"cron": cron, "name": name, "run": body})["schedule"]
+    click.echo(f"schedule {made['name']}: {made['cron']} (UTC), next run at "
+               f"{started(made['next_at'])}", err=True)
+    click.echo(made["name"])
+
+
+@schedule.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_api
+def schedule_ls(api, as_json: bool) -> None:
+    """List the org's schedules: when they run, what, and how the last went."""
+    rows = api.get("/schedules")["schedules"]
+    if as_json:
+        return print_json(rows)
+    table(["NAME", "CRON (UTC)", "NEXT", "LAST RUN", "COMMAND"],
+          [[row["name"], row["cron"], started(row["next_at"]),
+            row["last_run"] or (f"failed: {row['last_error']}" if row["last_error"] else "-"),
+            row["command"]] for row in rows])
+
+
+@schedule.command("rm")
+@click.argument("name")
+@pass_api
+def schedule_rm(api, name: str) -> None:
+    """Delete a schedule. Runs it already started go on."""
+    api.delete(f"/schedules/{name}")
+    click.echo(f"schedule {name} deleted", err=True)
