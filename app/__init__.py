@@ -48,7 +48,8 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     from app.commands import commands
     from app.money_commands import commands as money_commands
-    for command in commands + money_commands:
+    from app.site_commands import commands as site_commands
+    for command in commands + money_commands + site_commands:
         app.cli.add_command(command)
     return app
 

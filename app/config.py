@@ -31,6 +31,9 @@ class Config:
     # The site's price table (TOML; `flask prices`); None: instance/prices.toml.
     # Without the file, the docs' prices.
     DIV_PRICES_FILE = os.environ.get("DIV_PRICES_FILE")
+    # The site's Slurm settings (TOML; `flask site`); None: instance/site.toml.
+    # Without the file, the dev cluster's names and Slurm on this host.
+    DIV_SITE_FILE = os.environ.get("DIV_SITE_FILE")
     # Seconds between the reconciler's Slurm queries.
     DIV_RECONCILE_INTERVAL = float(os.environ.get("DIV_RECONCILE_INTERVAL", "1.0"))
     # Keys that encrypt secrets at rest (Fernet, comma-separated; the first

@@ -20,6 +20,7 @@ from app.services.checks import verdict
 from app.services.metrics import MetricsRead, read_metrics
 from app.services.pricing import cost
 from app.services.runs import LIVE, run_dir, run_json
+from app.services.errors import Unavailable
 from app.services.schedules import fire_due
 from app.services.secrets import remove_secrets_file
 from app.services.usage import month_spend
@@ -145,7 +146,7 @@ def run_forever(interval: float, stop_after: float | None = None) -> None:
                 try:
                     reconcile_once()
                     fire_due()
-                except SlurmError as exc:
+                except (SlurmError, Unavailable) as exc:
                     db.session.rollback()
                     log.warning("Slurm did not answer: %s", exc)
             elif acting:

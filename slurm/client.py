@@ -7,7 +7,7 @@ import time
 
 from slurm.records import (SACCT_FIELDS, SINFO_FIELDS, SQUEUE_FORMAT, JobRecord, NodeRecord,
                            merge, parse_sacct, parse_sinfo_nodes, parse_squeue)
-from slurm.transport import CommandResult, LocalTransport
+from slurm.transport import CommandResult, LocalTransport, TransportError
 
 # Epoch seconds: sacct otherwise prints the controller's local time, no zone.
 TIME_ENV = {"SLURM_TIME_FORMAT": "%s"}
@@ -15,6 +15,10 @@ TIME_ENV = {"SLURM_TIME_FORMAT": "%s"}
 
 class SlurmError(RuntimeError):
     """Slurm refused or failed a command; the message is Slurm's own."""
+
+
+class SlurmUnreachable(SlurmError):
+    """The transport could not run Slurm's commands at all (SSH down, ...)."""
 
 
 class SubmitRefused(SlurmError):
@@ -32,9 +36,15 @@ class SlurmClient:
     def __init__(self, transport=None):
         self.transport = transport or LocalTransport()
 
+    def _call(self, argv: list[str], stdin: str | None = None) -> CommandResult:
+        try:
+            return self.transport.run(argv, stdin=stdin, env=TIME_ENV)
+        except TransportError as exc:
+            raise SlurmUnreachable(str(exc)) from exc
+
     def _run(self, argv: list[str], stdin: str | None = None,
              ok_errors: tuple[str, ...] = ()) -> CommandResult:
-        return self._check(argv, self.transport.run(argv, stdin=stdin, env=TIME_ENV), ok_errors)
+        return self._check(argv, self._call(argv, stdin), ok_errors)
 
     @staticmethod
     def _check(argv: list[str], result: CommandResult,
@@ -47,7 +57,7 @@ class SlurmClient:
 
     def submit(self, script: str) -> str:
         """Submits a batch script (on stdin) and returns the job id."""
-        result = self.transport.run(["sbatch", "--parsable"], stdin=script, env=TIME_ENV)
+        result = self._call(["sbatch", "--parsable"], stdin=script)
         if "Batch job submission failed" in result.stderr:
             raise SubmitRefused(f"Slurm refused the job: {_slurm_message(result)}")
         out = self._check(["sbatch"], result).stdout.strip()
@@ -76,6 +86,27 @@ class SlurmClient:
         """Every node with its state, cores and GPUs in use, from one sinfo."""
         return parse_sinfo_nodes(self._run(["sinfo", "--Node", "--noheader",
                                             f"--Format={SINFO_FIELDS}"]).stdout)
+
+    def ping(self) -> str:
+        """scontrol ping's answer when the controller is up; SlurmError if not."""
+        result = self._call(["scontrol", "ping"])
+        answer = " ".join(result.stdout.split()) or _slurm_message(result)
+        if result.returncode != 0 or " is UP" not in answer:
+            raise SlurmError(f"scontrol ping: {answer}")
+        return answer
+
+    def partitions(self) -> set[str]:
+        return set(self._run(["sinfo", "--noheader", "--format=%R"]).stdout.split())
+
+    def clusters(self) -> list[str]:
+        """The clusters slurmdbd knows: an answer means accounting works."""
+        return self._run(["sacctmgr", "--noheader", "--parsable2", "show", "cluster",
+                          "format=Cluster"]).stdout.split()
+
+    def sees_folder(self, path: str) -> bool:
+        """Whether a folder is there where Slurm's commands run (the login
+        node, for the SSH transport): the share must be the same path there."""
+        return self._call(["test", "-d", path]).returncode == 0
 
     def ensure_account(self, account: str, user: str = "root") -> None:
         """A Slurm account for an org, with `user` (who submits) in it."""

@@ -62,9 +62,11 @@ class Stack:
         subprocess.run([str(ROOT / "scripts" / "services"), action, what], env=self.env(),
                        check=True, capture_output=True)
 
-    def flask(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run([str(VENV_BIN / "flask"), *args], cwd=ROOT, env=self.env(),
-                              capture_output=True, text=True, check=check)
+    def flask(self, *args: str, check: bool = True,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([str(VENV_BIN / "flask"), *args], cwd=ROOT,
+                              env={**self.env(), **(env or {})}, capture_output=True,
+                              text=True, check=check)
 
     def add_org(self, org: str) -> str:
         """An org with one user and a key; returns the key."""

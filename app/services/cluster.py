@@ -15,7 +15,6 @@ from slurm.client import SlurmError
 from slurm.jobspec import GPU_TYPES
 from slurm.reasons import explain_pending
 from slurm.records import NodeRecord
-from slurm.transport import TransportError
 
 QUEUED_SHOWN = 200
 
@@ -32,7 +31,7 @@ class GpuCapacity:
 def cluster_nodes() -> list[NodeRecord]:
     try:
         return list(slurm_client().nodes().values())
-    except (SlurmError, TransportError) as exc:
+    except SlurmError as exc:
         raise Unavailable(f"Slurm did not answer: {exc}") from None
 
 

@@ -1,29 +1,38 @@
-"""The server's way to Slurm: the site's settings and a client over the
-configured transport, made once per process. Issue 7 makes the transport and
-the site configurable; the defaults are the dev cluster's."""
+"""The server's way to Slurm: the site's settings (app/services/site.py) and
+a client over the configured transport, one per process and transport, so a
+changed site file takes effect without a restart."""
 from __future__ import annotations
 
 import threading
 
 from app.models import Org
+from app.services.errors import Unavailable
+from app.services.site import Site, SiteConfigError, Transport, load_site
 from slurm.client import SlurmClient
 from slurm.jobspec import SlurmSite
 
 _lock = threading.Lock()
-_client: SlurmClient | None = None
+_clients: dict[Transport, SlurmClient] = {}
 _accounts_known: set[str] = set()
 
 
+def current_site() -> Site:
+    try:
+        return load_site()
+    except SiteConfigError as exc:
+        raise Unavailable(f"the site's settings are broken: {exc}") from None
+
+
 def slurm_site() -> SlurmSite:
-    return SlurmSite()
+    return current_site().slurm
 
 
 def slurm_client() -> SlurmClient:
-    global _client
+    transport = current_site().transport
     with _lock:
-        if _client is None:
-            _client = SlurmClient()
-        return _client
+        if transport not in _clients:
+            _clients[transport] = SlurmClient(transport.connect())
+        return _clients[transport]
 
 
 def ensure_org_account(org: Org) -> None:

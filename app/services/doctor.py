@@ -1,0 +1,169 @@
+"""`flask doctor`: checks the setup end to end and says what is wrong in
+plain words: the site's settings, the database's migrations, Slurm through
+the configured transport (controller, accounting, partitions and GRES), the
+share (writable here, present where Slurm runs), a reconciler at work, the
+prices and the secrets' keys."""
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from flask import current_app
+
+from app.extensions import db
+from app.models import Lease, utcnow
+from app.reconciler import LEASE
+from app.services.errors import ServiceError
+from app.services.runs import current_prices
+from app.services.secrets import seal, unseal
+from app.services.site import Site, SiteConfigError, load_site, site_file
+from app.services.volumes import data_path
+from slurm.client import SlurmClient, SlurmError
+
+
+@dataclass
+class Finding:
+    ok: bool
+    what: str
+    says: str
+
+
+class Problem(Exception):
+    """A check that failed; the message says what is wrong and what to do."""
+
+
+def _site(_: dict) -> str:
+    try:
+        site = load_site()
+    except SiteConfigError as exc:
+        raise Problem(f"{exc}; fix it with `flask site` or by hand") from None
+    path = site_file()
+    where = path if os.path.exists(path) else "defaults (no site file)"
+    return f"{where}: runtime {site.slurm.runtime}, Slurm on {site.transport.describe()}"
+
+
+def _database(_: dict) -> str:
+    migrations = current_app.extensions["migrate"].directory
+    config = current_app.extensions["migrate"].migrate.get_config(migrations)
+    head = ScriptDirectory.from_config(config).get_current_head()
+    with db.engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    if current != head:
+        raise Problem(f"at revision {current or 'none'}, the code needs {head}: "
+                      "run `flask db upgrade`")
+    return f"{db.engine.url.get_backend_name()}, migrated to {head}"
+
+
+def _slurm(state: dict) -> str:
+    site: Site = load_site()
+    client = state["client"] = SlurmClient(site.transport.connect())
+    try:
+        answer = client.ping()
+    except SlurmError as exc:
+        state["client"] = None
+        raise Problem(f"Slurm's controller does not answer through {site.transport.describe()}"
+                      f" ({exc}); is slurmctld running, and can this host reach it?") from None
+    return f"{answer} (through {site.transport.describe()})"
+
+
+def _needs_slurm(check: Callable[[SlurmClient, dict], str]) -> Callable[[dict], str]:
+    def run(state: dict) -> str:
+        if state.get("client") is None:
+            raise Problem("not checked: Slurm does not answer")
+        return check(state["client"], state)
+    return run
+
+
+@_needs_slurm
+def _accounting(client: SlurmClient, _: dict) -> str:
+    try:
+        clusters = client.clusters()
+    except SlurmError as exc:
+        raise Problem(f"slurmdbd does not answer ({exc}): runs cannot be billed; "
+                      "is slurmdbd running and its database up?") from None
+    return f"slurmdbd answers (cluster {', '.join(clusters) or '?'})"
+
+
+@_needs_slurm
+def _partitions(client: SlurmClient, _: dict) -> str:
+    site = load_site().slurm
+    missing = sorted(set(site.partitions.values()) - client.partitions())
+    if missing:
+        raise Problem(f"no partition named {', '.join(missing)}: map each GPU type to one "
+                      "Slurm has with `flask site --partition h100=<name>`")
+    gres = {kind for node in client.nodes().values() for kind in node.gpus}
+    absent = sorted(gpu for gpu, name in site.gres_types.items() if name not in gres)
+    if len(absent) == len(site.gres_types):
+        raise Problem("no node has a GPU GRES that any GPU type maps to: "
+                      "set them with `flask site --gres h100=<gres type>`")
+    note = f"; no node has GPUs for {', '.join(absent)}" if absent else ""
+    return f"partitions {', '.join(sorted(set(site.partitions.values())))} exist{note}"
+
+
+@_needs_slurm
+def _share(client: SlurmClient, _: dict) -> str:
+    share = data_path("share")
+    if not os.path.isdir(share):
+        raise Problem(f"{share} is not there: is the share mounted (DIV_DATA_DIR)?")
+    probe = os.path.join(share, f".doctor-{secrets.token_hex(4)}")
+    try:
+        with open(probe, "w") as f:
+            f.write("ok")
+            f.flush()
+            os.fsync(f.fileno())
+        os.unlink(probe)
+    except OSError as exc:
+        raise Problem(f"cannot write to {share}: {exc.strerror}") from None
+    if not client.sees_folder(share):
+        raise Problem(f"{share} is writable here but not there on "
+                      f"{load_site().transport.describe()}: every node must see the same path")
+    return f"{share} is writable, and seen where Slurm runs"
+
+
+def _reconciler(_: dict) -> str:
+    lease = db.session.get(Lease, LEASE)
+    if lease is None or lease.expires_at < utcnow():
+        raise Problem("no reconciler is running: runs will not move or be billed; "
+                      "start one with `flask reconcile` (or scripts/services start)")
+    return f"running ({lease.holder})"
+
+
+def _prices(_: dict) -> str:
+    try:
+        prices = current_prices()
+    except ServiceError as exc:
+        raise Problem(exc.message) from None
+    path = current_app.config["DIV_PRICES_FILE"]
+    source = path if os.path.exists(path) else "the docs' table (no price file)"
+    return f"{len(prices.per_unit_hour)} GPU and CPU prices from {source}"
+
+
+def _secrets_keys(_: dict) -> str:
+    try:
+        if unseal(seal("doctor")) != "doctor":
+            raise Problem("the secrets' key does not give back what it sealed")
+    except ServiceError as exc:
+        raise Problem(exc.message) from None
+    return "secrets can be sealed and opened"
+
+
+CHECKS = (("site settings", _site), ("database", _database), ("Slurm", _slurm),
+          ("accounting", _accounting), ("partitions and GPUs", _partitions),
+          ("share", _share), ("reconciler", _reconciler), ("prices", _prices),
+          ("secrets", _secrets_keys))
+
+
+def examine() -> Iterator[Finding]:
+    state: dict = {}
+    for what, check in CHECKS:
+        try:
+            yield Finding(True, what, check(state))
+        except Problem as exc:
+            db.session.rollback()
+            yield Finding(False, what, str(exc))
+        except SiteConfigError:
+            yield Finding(False, what, "not checked: the site settings are broken")

@@ -1,0 +1,89 @@
+"""The cluster admin's commands against the real server, database and
+cluster: orgs, users and usage at a glance, the site's Slurm settings, the
+SSH transport chosen by config, and the doctor, healthy and with slurmctld
+stopped."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from tests.conftest import DEV_STATE
+from tests.stack import ROOT
+
+
+def test_orgs_users_and_usage_at_a_glance(stack, project):
+    done = stack.div("run", "--gpu", "cpu", "--no-upload", "--name", "admin-sees-me", "--",
+                     "true", cwd=project)
+    assert done.returncode == 0, done.stderr
+    stack.flask("org-limit", "e2e", "500")
+    orgs = stack.flask("orgs").stdout
+    assert any(line.split()[:3] == ["e2e", "e2e", "1"] and line.endswith("$500.00")
+               for line in orgs.splitlines()), orgs
+    users = stack.flask("users", "--org", "other").stdout.splitlines()
+    assert users[1].split()[:3] == ["other-user", "other", "member"] and len(users) == 2
+    usage = stack.flask("usage").stdout
+    assert "e2e: $" in usage and "(limit $500.00)" in usage and project.name in usage
+    stack.flask("org-limit", "e2e", "none")
+
+
+def test_the_site_maps_gpu_types_and_the_server_follows(stack, project, tmp_path):
+    site_file = tmp_path / "site.toml"
+    env = {"DIV_SITE_FILE": str(site_file)}
+    bad = stack.flask("site", "--partition", "h100=no such", check=False, env=env)
+    assert bad.returncode == 1 and "is not a Slurm name" in bad.stderr
+    shown = stack.flask("site", "--partition", "h100=gpu-h100", "--gres", "h100=nvidia_h100",
+                        "--runtime", "pyxis", env=env).stdout
+    assert "h100   gpu-h100    nvidia_h100" in shown and "runtime        pyxis" in shown
+    assert 'h100 = "gpu-h100"' in site_file.read_text()
+    doctor = stack.flask("doctor", check=False, env=env)
+    assert doctor.returncode == 1
+    assert "BAD partitions and GPUs: no partition named gpu-h100" in doctor.stdout
+
+
+def test_the_doctor_checks_the_ssh_transport_it_is_configured_with(stack, project, sshd,
+                                                                     tmp_path):
+    (stack.data_dir / "share").mkdir(exist_ok=True)     # as the first volume makes it
+    site_file = tmp_path / "site.toml"
+    env = {"DIV_SITE_FILE": str(site_file)}
+    stack.flask("site", "--transport", "ssh", "--ssh-host", sshd["host"], "--ssh-user",
+                sshd["user"], "--ssh-key", sshd["key_path"], "--ssh-port", str(sshd["port"]),
+                "--ssh-known-hosts", sshd["known_hosts"], env=env)
+    healthy = stack.flask("doctor", check=False, env=env)
+    assert healthy.returncode == 0, healthy.stdout
+    assert f"ok  Slurm: Slurmctld(primary) at vm is UP (through ssh root@127.0.0.1:{sshd['port']})" \
+        in healthy.stdout
+    stack.flask("site", "--transport", "ssh", "--ssh-host", sshd["host"], "--ssh-user",
+                sshd["user"], "--ssh-key", sshd["key_path"], "--ssh-port", "1", env=env)
+    unreachable = stack.flask("doctor", check=False, env=env)
+    assert unreachable.returncode == 1
+    assert "BAD Slurm: Slurm's controller does not answer through ssh root@127.0.0.1:1" \
+        in unreachable.stdout
+
+
+def _slurmctld_answers() -> bool:
+    return subprocess.run(["scontrol", "ping"], capture_output=True).returncode == 0
+
+
+def test_the_doctor_reports_a_stopped_slurmctld(stack, project):
+    (stack.data_dir / "share").mkdir(exist_ok=True)     # as the first volume makes it
+    healthy = stack.flask("doctor", check=False)
+    assert healthy.returncode == 0, healthy.stdout
+    assert "ok  reconciler: running" in healthy.stdout
+    pid = int((DEV_STATE / "run/slurmctld.up.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    try:
+        deadline = time.monotonic() + 30
+        while _slurmctld_answers() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        sick = stack.flask("doctor", check=False)
+        assert sick.returncode == 1
+        lines = sick.stdout.splitlines()
+        assert "BAD Slurm: Slurm's controller does not answer through this host" in lines[2]
+        assert "slurmctld running" in lines[2]
+        assert lines[3] == "BAD accounting: not checked: Slurm does not answer"
+        assert lines[1].startswith("ok  database") and "problems found" in sick.stderr
+    finally:
+        subprocess.run([str(ROOT / "slurm/dev/up")], check=True, capture_output=True)
+    assert _slurmctld_answers()
