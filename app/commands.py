@@ -15,6 +15,7 @@ from app.models import Org, User
 from app.services.keys import create_key, user_for_key
 from app.services.orgs import InvalidName, get_or_create_org, get_or_create_user
 from app.services.passwords import set_password, user_for_password
+from app.services.volumes import data_path
 
 
 @click.command("dev-bootstrap")
@@ -22,13 +23,17 @@ from app.services.passwords import set_password, user_for_password
               help="Where to write DIV_API_URL and DIV_TOKEN.")
 @click.option("--api-url", default="http://127.0.0.1:8000", show_default=True)
 def dev_bootstrap(env_file: str, api_url: str) -> None:
-    """Create the dev org and user and a first API key; print it and write it
-    to ENV_FILE (mode 0600). A key already in ENV_FILE that still works is
-    kept, so running it twice changes nothing."""
+    """Create the dev org and user (a site admin: on a dev machine, whoever
+    ran `make up` owns the cluster) and a first API key; print it and write
+    it to ENV_FILE (mode 0600). A key already in ENV_FILE that still works
+    is kept, so running it twice changes nothing."""
     values = _env_values(env_file)
     key = values.get("DIV_TOKEN", "")
+    # The dev share, where a real site mounts its Lustre or NFS share.
+    os.makedirs(data_path("share"), exist_ok=True)
     org = get_or_create_org("dev")
-    user = get_or_create_user(org, "dev", role="org_admin")
+    user = get_or_create_user(org, "dev", role="site_admin")
+    user.role = "site_admin"
     if not (key and user_for_key(key)):
         key = create_key(user, name="make up")
     password = values.get("DIV_DASHBOARD_PASSWORD", "")

@@ -341,3 +341,8 @@ def test_dev_bootstrap_writes_a_working_env_file_and_keeps_its_key(stack, projec
     assert stack.div("ls", cwd=project, env=env).returncode == 0
     stack.flask("dev-bootstrap", "--env-file", str(env_file), "--api-url", stack.url)
     assert dict(line.split("=", 1) for line in env_file.read_text().split()) == values
+    # What `make up` leaves is whole: the doctor finds nothing wrong, and the
+    # dev user owns the dev cluster.
+    assert b"(site_admin)" in stack.div("whoami", cwd=project, env=env).stdout
+    doctor = stack.flask("doctor", check=False)
+    assert doctor.returncode == 0, doctor.stdout
