@@ -93,7 +93,10 @@ def create_user(org_name: str, username: str, role: str) -> None:
     org = db.session.execute(db.select(Org).filter_by(name=org_name)).scalar_one_or_none()
     if org is None:
         raise click.BadParameter(f"no org named {org_name!r}", param_hint="ORG_NAME")
-    user = get_or_create_user(org, username, role=role)
+    try:
+        user = get_or_create_user(org, username, role=role)
+    except InvalidName as exc:
+        raise click.BadParameter(str(exc), param_hint="USERNAME") from None
     if user.org_id != org.id:
         raise click.BadParameter(f"{username!r} belongs to another org", param_hint="USERNAME")
     click.echo(f"user {user.username} in {org.name} ({user.role})")

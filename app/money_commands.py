@@ -10,7 +10,8 @@ from flask import current_app
 from app.extensions import db
 from app.models import Org
 from app.services.billing import recompute
-from app.services.pricing import format_usd, load_prices, micros, save_prices, usd_text
+from app.services.pricing import (format_usd, load_prices, monthly_limit, save_prices,
+                                  usd_text, with_prices)
 from app.services.usage import month_bounds
 
 
@@ -23,23 +24,10 @@ def prices(changes: tuple[str, ...]) -> None:
     path = current_app.config["DIV_PRICES_FILE"]
     table = load_prices(path)
     if changes:
-        per_unit, core, gib = dict(table.per_unit_hour), table.extra_core_hour, table.extra_gib_hour
-        for change in changes:
-            name, _, amount = change.partition("=")
-            try:
-                value = micros(amount)
-            except ValueError as exc:
-                raise click.BadParameter(str(exc), param_hint="--set") from None
-            if name == "extra_core":
-                core = value
-            elif name == "extra_gib":
-                gib = value
-            elif name in per_unit:
-                per_unit[name] = value
-            else:
-                raise click.BadParameter(f"{name!r}: a GPU type ({', '.join(per_unit)}), "
-                                         "extra_core or extra_gib", param_hint="--set")
-        table = type(table)(per_unit, core, gib)
+        try:
+            table = with_prices(table, dict(change.partition("=")[::2] for change in changes))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--set") from None
         save_prices(path, table)
     for gpu, price in table.per_unit_hour.items():
         click.echo(f"{gpu:10s} ${usd_text(price)}/h")
@@ -56,7 +44,7 @@ def org_limit(org_name: str, amount: str) -> None:
     if org is None:
         raise click.BadParameter(f"no org named {org_name!r}", param_hint="ORG_NAME")
     try:
-        org.monthly_limit_micros = None if amount == "none" else micros(amount.removeprefix("$"))
+        org.monthly_limit_micros = monthly_limit(amount)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="USD") from None
     db.session.commit()

@@ -331,3 +331,39 @@ def test_wrong_passwords_are_slowed_per_address_and_per_user(app):
     assert refused.status_code == 429 and "too many failed attempts" in refused.get_data(as_text=True)
     assert int(refused.headers["Retry-After"]) > 200
     assert attempt(PASSWORD, "10.1.0.99", username="bob").status_code == 302
+
+
+def test_site_admins_make_orgs_and_users_and_set_limits_and_prices(app, tmp_path):
+    app.config["DIV_PRICES_FILE"] = str(tmp_path / "prices.toml")
+    client = app.test_client()
+    sign_in(client)
+    token = csrf_token(client, "/")
+    assert client.get("/admin").status_code == 403
+    assert client.post("/admin/orgs", data={"name": "sneaky", "csrf_token": token}).status_code == 403
+    with app.app_context():
+        db.session.execute(db.select(User).filter_by(username="alice")).scalar_one().role = "site_admin"
+        db.session.commit()
+    assert client.post("/admin/orgs", data={"name": "vision-lab"}).status_code == 400   # no token
+    made = client.post("/admin/orgs", data={"name": "vision-lab", "csrf_token": token},
+                       follow_redirects=True).get_data(as_text=True)
+    assert "Org vision-lab is there (Slurm account vision-lab)." in made
+    client.post("/admin/users", data={"username": "vera", "org": "vision-lab", "role": "org_admin",
+                                      "csrf_token": token})
+    client.post("/admin/orgs/vision-lab/limit", data={"limit": "$250", "csrf_token": token})
+    bad = client.post("/admin/prices", data={"price_h100": "4.8.0", "csrf_token": token})
+    assert bad.status_code == 400 and "not an amount in dollars" in bad.get_data(as_text=True)
+    client.post("/admin/prices", data={"price_h100": "5.10", "price_extra_gib": "0.04",
+                                       "csrf_token": token})
+    page = client.get("/admin").get_data(as_text=True)
+    assert "<tr><td>vera</td><td>vision-lab</td><td>org_admin</td>" in page
+    assert 'value="250.00"' in page and 'name="price_h100" size="6" value="5.10"' in page
+    with app.app_context():
+        from app.models import Org
+        from app.services.pricing import load_prices
+        org = db.session.execute(db.select(Org).filter_by(name="vision-lab")).scalar_one()
+        assert org.monthly_limit_micros == 250_000_000
+        prices = load_prices(app.config["DIV_PRICES_FILE"])
+        assert (prices.per_unit_hour["h100"], prices.extra_gib_hour) == (5_100_000, 40_000)
+    bad_user = client.post("/admin/users", data={"username": "<b>", "org": "vision-lab",
+                                                 "role": "member", "csrf_token": token})
+    assert bad_user.status_code == 400

@@ -7,6 +7,7 @@ from app.extensions import db
 from app.models import Org, User
 
 ORG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+USERNAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 
 class InvalidName(ValueError):
@@ -26,6 +27,8 @@ def get_or_create_org(name: str) -> Org:
 
 
 def get_or_create_user(org: Org, username: str, role: str = "member") -> User:
+    if not USERNAME.fullmatch(username):
+        raise InvalidName(f"usernames are lowercase letters, digits, ., - and _: {username!r}")
     user = db.session.execute(db.select(User).filter_by(username=username)).scalar_one_or_none()
     if user is None:
         user = User(org=org, username=username, role=role)

@@ -74,6 +74,30 @@ def load_prices(path: str) -> PriceTable:
                       micros(extra.get("gib_hour", usd_text(default.extra_gib_hour))))
 
 
+def with_prices(table: PriceTable, changes: dict[str, str]) -> PriceTable:
+    """`table` with some prices changed: a GPU type (or cpu), extra_core or
+    extra_gib, each to dollars as written ("4.80"). ValueError says which."""
+    per_unit, core, gib = dict(table.per_unit_hour), table.extra_core_hour, table.extra_gib_hour
+    for name, amount in changes.items():
+        value = micros(amount.strip().removeprefix("$"))
+        if name == "extra_core":
+            core = value
+        elif name == "extra_gib":
+            gib = value
+        elif name in per_unit:
+            per_unit[name] = value
+        else:
+            raise ValueError(f"{name!r}: a GPU type ({', '.join(per_unit)}), extra_core or "
+                             "extra_gib")
+    return PriceTable(per_unit, core, gib)
+
+
+def monthly_limit(text: str) -> int | None:
+    """An org's monthly limit as an admin writes it: dollars, or none."""
+    text = text.strip()
+    return None if text in ("none", "") else micros(text.removeprefix("$"))
+
+
 def save_prices(path: str, table: PriceTable) -> None:
     lines = ["# divergent's prices, per hour (flask prices). New runs use them;",
              "# a run keeps the rate it started with.", "[per_gpu_hour]"]
