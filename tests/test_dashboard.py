@@ -316,6 +316,7 @@ def test_the_cluster_page_is_for_site_admins_and_shows_slurms_gpus(app):
     assert "<tr><td>alice-011</td><td>acme</td><td>2 x H100</td><td>waiting for 2 x H100</td>" in page
     assert "Queued runs (1)" in page
     assert "<tr><td>H100</td><td>$4.80</td></tr>" in page
+    assert "Slurm on this host" in page and "<td><code>h100</code></td>" in page
 
 
 def test_wrong_passwords_are_slowed_per_address_and_per_user(app):

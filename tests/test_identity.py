@@ -9,6 +9,7 @@ import http.client
 import json
 import re
 import secrets
+import subprocess
 
 import sqlalchemy as sa
 
@@ -119,6 +120,15 @@ def test_another_orgs_key_finds_nothing_of_this_org(stack, project):
     borrowed = stack.div("run", "--gpu", "cpu", "--no-upload", "--secret", "E2E_ONLY", "--",
                          "true", cwd=project, org="other")
     assert borrowed.returncode == 1 and b"no secret named 'E2E_ONLY'" in borrowed.stderr
+    # Slurm's own accounting sees orgs: each submits under its own account.
+    theirs = stack.div("run", "--gpu", "cpu", "--no-upload", "--name", "other-owned", "--",
+                       "true", cwd=project, org="other")
+    assert theirs.returncode == 0, theirs.stderr
+    for org, name in (("e2e", "e2e-owned"), ("other", "other-owned")):
+        job = stack.run_json(name, org)["slurm_job_id"]
+        account = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "Account", "-j", job],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        assert account == org
     # The dashboard: another org's run and its telemetry are 404s too.
     session = stack.dashboard_session("other-user", "other-test-password")
     for path in ("/runs/e2e-owned", "/runs/e2e-owned/telemetry.json", "/runs/e2e-owned/log"):

@@ -1,5 +1,6 @@
 """The Cluster page (site admins): nodes and GPUs per type, used and free,
-the runs every org has waiting, and the price table."""
+the runs every org has waiting, the price table and the site's Slurm
+settings."""
 from __future__ import annotations
 
 from flask import render_template
@@ -10,6 +11,7 @@ from app.services.cluster import cluster_nodes, gpu_capacity, queued_runs
 from app.services.errors import Unavailable
 from app.services.pricing import format_usd
 from app.services.runs import current_prices
+from app.services.slurm_access import current_site
 
 
 @bp.get("/cluster")
@@ -24,4 +26,4 @@ def cluster():
     return render_template("cluster.html", nodes=nodes, gpus=gpu_capacity(nodes),
                            slurm_problem=slurm_problem, queued=queued,
                            queued_count=queued_count, prices=current_prices(),
-                           usd=format_usd)
+                           site=current_site(), usd=format_usd)
