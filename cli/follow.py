@@ -37,39 +37,52 @@ class WaitingLine:
             self.shown = False
 
 
-def _write(outputs: dict, offsets: dict, event: dict) -> None:
-    stream = event["stream"]
-    data = base64.b64decode(event["b64"]) if "b64" in event else event["data"].encode("utf-8")
-    # Where the chunk ends in the run's file: "next" when a masked secret
-    # made the text shorter or longer than the bytes it stands for.
-    end = event.get("next", event["offset"] + len(data))
-    # After a reconnect the server starts where we asked; never write a byte twice.
-    skip = offsets[stream] - event["offset"]
-    if skip > 0:
-        data = data[skip:] if "next" not in event else b""
-    if data:
-        outputs[stream].write(data)
-        outputs[stream].flush()
-        outputs["last"][stream] = data[-1:]
-    offsets[stream] = max(offsets[stream], end)
+class LogWriter:
+    """Writes the stream's chunks to stdout and stderr unchanged, each byte
+    once, and knows how far into each stream's file it has written."""
+
+    def __init__(self):
+        self.files = {"stdout": sys.stdout.buffer, "stderr": sys.stderr.buffer}
+        self.offsets = {"stdout": 0, "stderr": 0}
+        self.last = {"stdout": b"\n", "stderr": b"\n"}
+
+    def write(self, event: dict) -> None:
+        stream = event["stream"]
+        data = base64.b64decode(event["b64"]) if "b64" in event else event["data"].encode("utf-8")
+        # Where the chunk ends in the run's file: "next" when a masked secret
+        # made the text shorter or longer than the bytes it stands for.
+        end = event.get("next", event["offset"] + len(data))
+        # After a reconnect the server starts where we asked; never write a byte twice.
+        skip = self.offsets[stream] - event["offset"]
+        if skip > 0:
+            data = data[skip:] if "next" not in event else b""
+        if data:
+            self.files[stream].write(data)
+            self.files[stream].flush()
+            self.last[stream] = data[-1:]
+        self.offsets[stream] = max(self.offsets[stream], end)
+
+    def end_line(self) -> None:
+        """What follows on stderr starts a line of its own, even after a log
+        that ended without a newline."""
+        if self.last["stderr"] != b"\n":
+            self.files["stderr"].write(b"\n")
 
 
 def follow(api: ApiClient, name: str, follow_to_end: bool = True) -> dict | None:
     """Writes the run's log and returns its end event ({"run", "summary"}),
     or None without `follow_to_end` (what is there now, then stop)."""
-    outputs = {"stdout": sys.stdout.buffer, "stderr": sys.stderr.buffer,
-               "last": {"stdout": b"\n", "stderr": b"\n"}}
-    offsets = {"stdout": 0, "stderr": 0}
+    log = LogWriter()
     waiting = WaitingLine(follow_to_end and sys.stderr.isatty())
     lost_since = None
     while True:
         try:
-            params = dict(offsets, follow="1" if follow_to_end else "0")
+            params = dict(log.offsets, follow="1" if follow_to_end else "0")
             for event in api.events(f"/runs/{name}/logs", params):
                 lost_since = None
                 if "stream" in event:
                     waiting.clear()
-                    _write(outputs, offsets, event)
+                    log.write(event)
                 elif event.get("event") == "status":
                     if event.get("waiting"):
                         waiting.show(f"{name} queued: {event['waiting']}")
@@ -79,10 +92,7 @@ def follow(api: ApiClient, name: str, follow_to_end: bool = True) -> dict | None
                     waiting.clear()
                     if not follow_to_end:
                         return None
-                    # The last line starts a line of its own, even after a
-                    # log that ended without a newline.
-                    if outputs["last"]["stderr"] != b"\n":
-                        outputs["stderr"].write(b"\n")
+                    log.end_line()
                     return event
         except ApiUnreachable as exc:
             lost_since = lost_since or time.monotonic()

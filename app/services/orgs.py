@@ -5,6 +5,7 @@ import re
 
 from app.extensions import db
 from app.models import Org, User
+from app.services.errors import NotFound
 
 ORG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 USERNAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -35,3 +36,19 @@ def get_or_create_user(org: Org, username: str, role: str = "member") -> User:
         db.session.add(user)
         db.session.commit()
     return user
+
+
+def find_named(model, org: Org, name: str, what: str, missing_ok: bool = False):
+    """An org's row of `model` (a secret, a schedule...) by its name: the
+    query is scoped by org, so another org's row is as good as absent."""
+    row = db.session.execute(db.select(model).filter_by(org_id=org.id, name=name)
+                             ).scalar_one_or_none()
+    if row is None and not missing_ok:
+        raise NotFound(f"no {what} named {name!r}")
+    return row
+
+
+def all_named(model, org: Org) -> list:
+    """An org's rows of `model`, by name."""
+    return list(db.session.execute(db.select(model).filter_by(org_id=org.id)
+                                   .order_by(model.name)).scalars())

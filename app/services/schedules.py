@@ -13,7 +13,8 @@ from datetime import datetime
 from app.extensions import db
 from app.models import Org, Schedule, User, iso_utc, utcnow
 from app.services.cron import CronError, parse_cron
-from app.services.errors import Conflict, Invalid, NotFound, ServiceError
+from app.services.errors import Conflict, Invalid, ServiceError
+from app.services.orgs import all_named, find_named
 from app.services.runs import create_run, parse_request
 from app.services.secrets import values_for_run
 from slurm.jobspec import RUN_NAME
@@ -48,16 +49,11 @@ def create_schedule(user: User, cron_text: object, run_request: object,
 
 
 def _find(org: Org, name: str, missing_ok: bool = False) -> Schedule | None:
-    row = db.session.execute(db.select(Schedule).filter_by(org_id=org.id, name=name)
-                             ).scalar_one_or_none()
-    if row is None and not missing_ok:
-        raise NotFound(f"no schedule named {name!r}")
-    return row
+    return find_named(Schedule, org, name, "schedule", missing_ok)
 
 
 def schedules_of(org: Org) -> list[Schedule]:
-    return list(db.session.execute(db.select(Schedule).filter_by(org_id=org.id)
-                                   .order_by(Schedule.name)).scalars())
+    return all_named(Schedule, org)
 
 
 def delete_schedule(org: Org, name: str) -> None:

@@ -19,6 +19,7 @@ from app.extensions import db
 from app.models import Org, Run, Secret, User, utcnow
 from app.services.errors import Invalid, NotFound, Unavailable
 from app.services.masking import Masker
+from app.services.orgs import all_named, find_named
 from slurm.jobspec import ENV_KEY
 from slurm.script import SECRETS_FILE, secrets_file_text
 
@@ -83,16 +84,11 @@ def set_secret(user: User, name: str, value: object) -> Secret:
 
 
 def _find(org: Org, name: str, missing_ok: bool = False) -> Secret | None:
-    row = db.session.execute(db.select(Secret).filter_by(org_id=org.id, name=name)
-                             ).scalar_one_or_none()
-    if row is None and not missing_ok:
-        raise NotFound(f"no secret named {name!r}")
-    return row
+    return find_named(Secret, org, name, "secret", missing_ok)
 
 
 def secrets_of(org: Org) -> list[Secret]:
-    return list(db.session.execute(db.select(Secret).filter_by(org_id=org.id)
-                                   .order_by(Secret.name)).scalars())
+    return all_named(Secret, org)
 
 
 def delete_secret(org: Org, name: str) -> None:

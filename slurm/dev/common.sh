@@ -47,9 +47,11 @@ start_daemon() {
 }
 
 wait_for() {
-    local what=$1 i
+    # A deadline, not a count of tries: one try can itself take seconds
+    # (sinfo waits for a controller that is not there).
+    local what=$1 deadline=$((SECONDS + 30))
     shift
-    for i in $(seq 1 300); do
+    while [ "$SECONDS" -lt "$deadline" ]; do
         "$@" >/dev/null 2>&1 && return 0
         sleep 0.1
     done
