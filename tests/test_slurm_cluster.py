@@ -134,15 +134,19 @@ def _wait_running(slurm: SlurmClient, job: str) -> None:
 
 
 def test_sinfo_counts_the_gpus_a_running_job_holds(slurm, job_dirs):
-    job = submit(slurm, spec_for(job_dirs, "sleep 60", gpu_type="l40s", gpus=3, cpus=3,
+    # B300s: no other test's runs hold them, so what sinfo counts is this job's.
+    before = sum(n.gpus_used.get("b300", 0) for n in slurm.nodes().values())
+    assert before == 0
+    job = submit(slurm, spec_for(job_dirs, "sleep 60", gpu_type="b300", gpus=3, cpus=3,
                                  memory_gib=8))
     try:
         _wait_running(slurm, job)
         nodes = slurm.nodes()
         assert sorted(nodes) == ["node1", "node2"]
-        assert sum(n.gpus_used.get("l40s", 0) for n in nodes.values()) == 3
+        assert sum(n.gpus_used.get("b300", 0) for n in nodes.values()) == 3
         assert sum(n.cpus_used for n in nodes.values()) >= 3
-        l40s = next(row for row in gpu_capacity(list(nodes.values())) if row.gpu_type == "l40s")
-        assert (l40s.total, l40s.used, l40s.free, l40s.unavailable) == (16, 3, 13, 0)
+        b300 = next(row for row in gpu_capacity(list(nodes.values()), SITE)
+                    if row.gpu_type == "b300")
+        assert (b300.total, b300.used, b300.free, b300.unavailable) == (16, 3, 13, 0)
     finally:
         slurm.cancel(job)

@@ -23,7 +23,8 @@ def cluster():
         # The queue and the prices are still worth seeing.
         nodes, slurm_problem = [], exc.message
     queued, queued_count = queued_runs()
-    return render_template("cluster.html", nodes=nodes, gpus=gpu_capacity(nodes),
+    site = current_site()
+    return render_template("cluster.html", nodes=nodes, gpus=gpu_capacity(nodes, site.slurm),
                            slurm_problem=slurm_problem, queued=queued,
                            queued_count=queued_count, prices=current_prices(),
-                           site=current_site(), usd=format_usd)
+                           site=site, usd=format_usd)

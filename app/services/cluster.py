@@ -10,9 +10,9 @@ from app.extensions import db
 from app.models import Org, Run
 from app.services.errors import Unavailable
 from app.services.run_text import hardware
-from app.services.slurm_access import slurm_client, slurm_site
+from app.services.slurm_access import slurm_client
 from slurm.client import SlurmError
-from slurm.jobspec import GPU_TYPES
+from slurm.jobspec import GPU_TYPES, SlurmSite
 from slurm.reasons import explain_pending
 from slurm.records import NodeRecord
 
@@ -35,9 +35,9 @@ def cluster_nodes() -> list[NodeRecord]:
         raise Unavailable(f"Slurm did not answer: {exc}") from None
 
 
-def gpu_capacity(nodes: list[NodeRecord]) -> list[GpuCapacity]:
+def gpu_capacity(nodes: list[NodeRecord], site: SlurmSite) -> list[GpuCapacity]:
     """Per GPU type of ours; the site maps our types to its GRES names."""
-    ours = {gres: gpu for gpu, gres in slurm_site().gres_types.items()}
+    ours = {gres: gpu for gpu, gres in site.gres_types.items()}
     capacity = {gpu: GpuCapacity(gpu) for gpu in GPU_TYPES}
     for node in nodes:
         for gres, count in node.gpus.items():
