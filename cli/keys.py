@@ -36,15 +36,16 @@ def keys_create(api, name: str) -> None:
 
 
 @keys.command("ls")
+@click.option("--all", "whole_org", is_flag=True, help="Every key of the org (org admins).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_api
-def keys_ls(api, as_json: bool) -> None:
+def keys_ls(api, whole_org: bool, as_json: bool) -> None:
     """List your keys: prefix, name, when made, last used, revoked."""
-    rows = api.get("/keys")["keys"]
+    rows = api.get("/keys", {"all": "1"} if whole_org else None)["keys"]
     if as_json:
         return print_json(rows)
-    table(["KEY", "NAME", "CREATED", "LAST USED", "STATE"],
-          [[f"{row['prefix']}_…", row["name"] or "-", started(row["created_at"]),
+    table(["KEY", "USER", "NAME", "CREATED", "LAST USED", "STATE"],
+          [[f"{row['prefix']}_…", row["user"], row["name"] or "-", started(row["created_at"]),
             started(row["last_used_at"]) if row["last_used_at"] else "never",
             "revoked" if row["revoked_at"] else "in use here" if row["current"] else "active"]
            for row in rows])
@@ -54,8 +55,9 @@ def keys_ls(api, as_json: bool) -> None:
 @click.argument("prefix", metavar="KEY_PREFIX")
 @pass_api
 def keys_revoke(api, prefix: str) -> None:
-    """Revoke a key (its div_xxxxxxxxxxxx prefix, as `div keys ls` shows it).
-    It stops working at once."""
+    """Revoke a key (its div_xxxxxxxxxxxx prefix, as `div keys ls` shows it):
+    one of yours, or, for an org admin, any of the org's. It stops working
+    at once."""
     prefix = prefix.rstrip("_…")
     api.delete(f"/keys/{prefix}")
     click.echo(f"key {prefix}_… revoked", err=True)

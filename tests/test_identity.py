@@ -32,7 +32,7 @@ def test_keys_are_made_listed_and_revoked_at_once(stack, project):
     assert row["current"] and row["last_used_at"] and row["revoked_at"] is None
     assert key not in json.dumps(listed)                     # never the key itself again
     table = stack.div("keys", "ls", cwd=project).stdout.decode()
-    assert re.search(rf"{row['prefix']}_…\s+ci-box\s+.*active", table)
+    assert re.search(rf"{row['prefix']}_…\s+e2e-user\s+ci-box\s+.*active", table)
 
     revoked = stack.div("keys", "revoke", row["prefix"], cwd=project)
     assert revoked.returncode == 0, revoked.stderr

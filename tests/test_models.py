@@ -100,3 +100,25 @@ def test_whoami_answers_for_a_key_and_refuses_without(app):
                            "key": key_prefix(key)}
     refused = client.get("/api/v1/whoami", headers={"Authorization": "Bearer div_nope_nope"})
     assert (refused.status_code, refused.json) == (401, {"error": "invalid or missing API key"})
+
+
+def test_org_admins_revoke_any_key_of_their_org_and_members_only_their_own(app):
+    acme = get_or_create_org("acme")
+    admin, member = get_or_create_user(acme, "ada", "org_admin"), get_or_create_user(acme, "bob")
+    outsider = get_or_create_user(get_or_create_org("other"), "carol", "org_admin")
+    keys = {user.username: create_key(user) for user in (admin, member, outsider)}
+    client = app.test_client()
+
+    def call(method, path, who):
+        return client.open(path, method=method,
+                           headers={"Authorization": f"Bearer {keys[who]}"})
+
+    listed = call("GET", "/api/v1/keys?all=1", "bob").json["keys"]
+    assert [k["user"] for k in listed] == ["bob"]                    # members: their own
+    assert {k["user"] for k in call("GET", "/api/v1/keys?all=1", "ada").json["keys"]} == {
+        "ada", "bob"}
+    assert call("DELETE", f"/api/v1/keys/{key_prefix(keys['ada'])}", "bob").status_code == 404
+    assert call("DELETE", f"/api/v1/keys/{key_prefix(keys['carol'])}", "ada").status_code == 404
+    assert call("DELETE", f"/api/v1/keys/{key_prefix(keys['bob'])}", "ada").status_code == 200
+    assert call("GET", "/api/v1/whoami", "bob").status_code == 401    # at once
+    assert call("GET", "/api/v1/whoami", "carol").status_code == 200

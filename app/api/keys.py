@@ -1,5 +1,6 @@
 """Your API keys: list (prefix, name, created, last used, revoked), create
-(the key is in this one answer only), revoke (it stops working at once)."""
+(the key is in this one answer only), revoke (it stops working at once).
+Org admins can list and revoke every key of their org."""
 from __future__ import annotations
 
 from flask import g, jsonify, request
@@ -14,11 +15,14 @@ from app.services.keys import create_key, key_prefix, keys_of, revoke_key
 @bp.get("/keys")
 @token_required
 def keys_list():
-    return jsonify(keys=[{"prefix": key.prefix, "name": key.name,
+    """?all=1: an org admin sees every key of the org."""
+    whole_org = request.args.get("all", "") in ("1", "true")
+    return jsonify(keys=[{"prefix": key.prefix, "name": key.name, "user": key.user.username,
                           "created_at": iso_utc(key.created_at),
                           "last_used_at": iso_utc(key.last_used_at),
                           "revoked_at": iso_utc(key.revoked_at),
-                          "current": key.id == g.api_key.id} for key in keys_of(g.user)])
+                          "current": key.id == g.api_key.id}
+                         for key in keys_of(g.user, whole_org)])
 
 
 @bp.post("/keys")

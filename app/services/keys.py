@@ -51,15 +51,27 @@ def user_for_key(key: str) -> User | None:
     return None if row is None else row.user
 
 
-def keys_of(user: User) -> list[ApiKey]:
-    return list(db.session.execute(db.select(ApiKey).filter_by(user_id=user.id)
+ADMINS = ("org_admin", "site_admin")
+
+
+def _keys_seen_by(user: User, whole_org: bool):
+    """A user's own keys; an org admin's `whole_org`: every key of the org."""
+    query = db.select(ApiKey)
+    if whole_org and user.role in ADMINS:
+        return query.join(User, ApiKey.user_id == User.id).where(User.org_id == user.org_id)
+    return query.where(ApiKey.user_id == user.id)
+
+
+def keys_of(user: User, whole_org: bool = False) -> list[ApiKey]:
+    return list(db.session.execute(_keys_seen_by(user, whole_org)
                                    .order_by(ApiKey.created_at.desc())).scalars())
 
 
 def revoke_key(user: User, prefix: str) -> bool:
-    """Revokes one of the user's own keys; False if they have none such."""
-    row = db.session.execute(db.select(ApiKey).filter_by(user_id=user.id, prefix=prefix)
-                             ).scalar_one_or_none()
+    """Revokes one of the user's own keys, or, for an org admin, any key of
+    the org (someone left, a laptop was lost); False if there is none such."""
+    row = db.session.execute(_keys_seen_by(user, whole_org=True)
+                             .where(ApiKey.prefix == prefix)).scalar_one_or_none()
     if row is None or row.revoked_at is not None:
         return False
     row.revoked_at = utcnow()
