@@ -1,6 +1,7 @@
 """The dashboard in real headless Chromium (Debian's), against the real
 server, reconciler and cluster: sign in, start a run through the CLI, watch
-its log grow, see its Telemetry chart, press Stop and see it canceled.
+its log grow and page it back, see its Telemetry chart, press Stop and see
+it canceled; as a site admin, the Cluster, Orgs and Schedules pages.
 Screenshots of each page go to DIV_SCREENSHOTS (artifacts/screenshots)."""
 from __future__ import annotations
 
@@ -111,5 +112,16 @@ def test_a_site_admin_sees_the_cluster(stack, project, browser):
     expect(page.locator("table.nodes")).to_contain_text("node1")
     expect(page.locator("table.prices")).to_contain_text("$5.45")
     page.screenshot(path=SHOTS / "cluster.png", full_page=True)
+    page.click("nav >> text=Orgs")
+    expect(page.locator("table.orgs")).to_contain_text("other")
+    page.screenshot(path=SHOTS / "orgs.png", full_page=True)
+    made = stack.div("schedule", "create", "--cron", "0 3 * * mon", "--name", "weekly-eval",
+                     "--", "--gpu", "cpu", "hold.py", cwd=project)
+    assert made.returncode == 0, made.stderr
+    page.click("nav >> text=Schedules")
+    expect(page.locator("table.schedules")).to_contain_text("weekly-eval")
+    expect(page.locator("table.schedules")).to_contain_text("python -u hold.py")
+    page.screenshot(path=SHOTS / "schedules.png", full_page=True)
     page.close()
+    assert stack.div("schedule", "rm", "weekly-eval", cwd=project).returncode == 0
     stack.div("stop", "holds-two-h200", cwd=project)
