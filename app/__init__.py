@@ -10,6 +10,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app.config import Config
 from app.extensions import csrf, db, htmx, migrate
+from app.instance_files import instance_secret
 
 
 def create_app(test_config: dict | None = None) -> Flask:
@@ -52,22 +53,3 @@ def create_app(test_config: dict | None = None) -> Flask:
     for command in commands + money_commands + site_commands:
         app.cli.add_command(command)
     return app
-
-
-def instance_secret(path: str, make) -> str:
-    """A key kept in the instance folder (0600), made with `make()` the first
-    time. Written whole under another name and linked into place, so that
-    server workers starting together all read the same, complete key."""
-    if not os.path.exists(path):
-        temp = f"{path}.{os.getpid()}"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(make() + "\n")
-        try:
-            os.link(temp, path)
-        except FileExistsError:
-            pass   # another worker was first: use its key
-        finally:
-            os.unlink(temp)
-    with open(path) as f:
-        return f.read().strip()

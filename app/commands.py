@@ -11,9 +11,11 @@ import click
 from flask import current_app
 
 from app.extensions import db
-from app.models import Org, User
+from app.models import ROLES, User
+from app.services.errors import ServiceError
 from app.services.keys import create_key, user_for_key
-from app.services.orgs import InvalidName, get_or_create_org, get_or_create_user
+from app.services.orgs import (InvalidName, add_user, find_org, get_or_create_org,
+                               get_or_create_user)
 from app.services.passwords import set_password, user_for_password
 from app.services.volumes import data_path
 
@@ -86,19 +88,14 @@ def create_org(name: str) -> None:
 @click.command("create-user")
 @click.argument("org_name")
 @click.argument("username")
-@click.option("--role", type=click.Choice(["member", "org_admin", "site_admin"]),
-              default="member", show_default=True)
+@click.option("--role", type=click.Choice(ROLES), default="member", show_default=True)
 def create_user(org_name: str, username: str, role: str) -> None:
     """Create a user in an existing org."""
-    org = db.session.execute(db.select(Org).filter_by(name=org_name)).scalar_one_or_none()
-    if org is None:
-        raise click.BadParameter(f"no org named {org_name!r}", param_hint="ORG_NAME")
     try:
-        user = get_or_create_user(org, username, role=role)
-    except InvalidName as exc:
-        raise click.BadParameter(str(exc), param_hint="USERNAME") from None
-    if user.org_id != org.id:
-        raise click.BadParameter(f"{username!r} belongs to another org", param_hint="USERNAME")
+        org = find_org(org_name)
+        user = add_user(org, username, role)
+    except ServiceError as exc:
+        raise click.ClickException(exc.message) from None
     click.echo(f"user {user.username} in {org.name} ({user.role})")
 
 

@@ -8,8 +8,9 @@ import click
 from flask import current_app
 
 from app.extensions import db
-from app.models import Org
 from app.services.billing import recompute
+from app.services.errors import NotFound
+from app.services.orgs import find_org
 from app.services.pricing import (format_usd, load_prices, monthly_limit, save_prices,
                                   usd_text, with_prices)
 from app.services.usage import month_bounds
@@ -40,9 +41,10 @@ def prices(changes: tuple[str, ...]) -> None:
 @click.argument("amount", metavar="USD|none")
 def org_limit(org_name: str, amount: str) -> None:
     """Set an org's monthly usage limit in dollars (or `none`)."""
-    org = db.session.execute(db.select(Org).filter_by(name=org_name)).scalar_one_or_none()
-    if org is None:
-        raise click.BadParameter(f"no org named {org_name!r}", param_hint="ORG_NAME")
+    try:
+        org = find_org(org_name)
+    except NotFound as exc:
+        raise click.ClickException(exc.message) from None
     try:
         org.monthly_limit_micros = monthly_limit(amount)
     except ValueError as exc:

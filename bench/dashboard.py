@@ -7,7 +7,6 @@ server's work is timed; SQLite, or DATABASE_URL.
 """
 from __future__ import annotations
 
-import os
 import re
 import statistics
 import sys
@@ -18,11 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app import create_app  # noqa: E402
 from app.extensions import db  # noqa: E402
-from app.models import Project, Run  # noqa: E402
-from app.services.orgs import get_or_create_org, get_or_create_user  # noqa: E402
+from app.models import Run  # noqa: E402
 from app.services.passwords import set_password  # noqa: E402
+from bench.app_setup import bench_app, fresh_org  # noqa: E402
 
 RUNS = 100_000
 PASSWORD = "bench password 1"
@@ -39,17 +37,10 @@ def timed(client, path: str, rounds: int = 10) -> list[float]:
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-dashboard-") as tmp:
-        app = create_app({"SQLALCHEMY_DATABASE_URI": os.environ.get(
-            "DATABASE_URL", f"sqlite:///{tmp}/bench.db"), "DIV_DATA_DIR": f"{tmp}/data"})
+        app = bench_app(tmp)
         with app.app_context():
-            db.drop_all()
-            db.create_all()
-            org = get_or_create_org("bench")
-            user = get_or_create_user(org, "bench")
+            org, user, project = fresh_org()
             set_password(user, PASSWORD)
-            project = Project(org_id=org.id, name="bench")
-            db.session.add(project)
-            db.session.flush()
             start = datetime(2026, 1, 1, tzinfo=timezone.utc)
             db.session.execute(db.insert(Run), [dict(
                 org_id=org.id, project_id=project.id, user_id=user.id, name=f"run-{i:06d}",

@@ -10,7 +10,6 @@ jobs are generated in their --parsable2 format and parsed for real, and the
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 import time
@@ -18,13 +17,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app import create_app  # noqa: E402
 from app.extensions import db  # noqa: E402
-from app.models import Project, Run  # noqa: E402
+from app.models import Run  # noqa: E402
 from app.reconciler import reconcile_once  # noqa: E402
 from app.services import slurm_access  # noqa: E402
 from app.services.metrics import MetricsRead, read_metrics  # noqa: E402
-from app.services.orgs import get_or_create_org, get_or_create_user  # noqa: E402
+from bench.app_setup import bench_app, fresh_org  # noqa: E402
 from slurm.client import SlurmClient  # noqa: E402
 from slurm.transport import CommandResult  # noqa: E402
 
@@ -49,23 +47,18 @@ class GeneratedSlurm:
 
 
 def bench_cycle(tmp: str) -> None:
-    app = create_app({"SQLALCHEMY_DATABASE_URI": os.environ.get(
-        "DATABASE_URL", f"sqlite:///{tmp}/bench.db"), "DIV_DATA_DIR": f"{tmp}/data"})
-    with app.app_context():
-        db.drop_all()
-        db.create_all()
-        org = get_or_create_org("bench")
-        user = get_or_create_user(org, "bench")
-        project = Project(org_id=org.id, name="bench")
-        db.session.add(project)
-        db.session.flush()
+    with bench_app(tmp).app_context():
+        org, user, project = fresh_org()
         db.session.add_all(Run(org_id=org.id, project_id=project.id, user_id=user.id,
                                name=f"run-{i:05d}", status="running", slurm_job_id=str(i + 1),
                                gpu_type="h100", gpus=1, cpus=1, memory_gib=8, image="img",
                                command="true", rate_micros_per_hour=4_800_000)
                            for i in range(RUNS))
         db.session.commit()
-        slurm_access._client = SlurmClient(GeneratedSlurm(int(time.time())))
+        # Slurm's part generated: the client the server would use for its
+        # configured transport answers from GeneratedSlurm.
+        slurm_access._clients[slurm_access.current_site().transport] = SlurmClient(
+            GeneratedSlurm(int(time.time())))
         timings = []
         for _ in range(3):
             db.session.expire_all()

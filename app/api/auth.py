@@ -17,14 +17,14 @@ def token_required(view):
     def wrapper(*args, **kwargs):
         header = request.headers.get("Authorization", "")
         scheme, _, key = header.partition(" ")
-        presented = scheme.lower() == "bearer" and bool(key.strip())
-        subject = [f"address {request.remote_addr}"]
-        if presented:
-            throttle.check(subject)
-        row = api_key_for(key.strip()) if presented else None
+        key = key.strip()
+        if scheme.lower() != "bearer" or not key:
+            return error_response(401, "invalid or missing API key")
+        address = throttle.subjects()
+        throttle.check(address)
+        row = api_key_for(key)
         if row is None:
-            if presented:
-                throttle.record_failure(subject, f"a wrong API key ({key_prefix(key.strip())})")
+            throttle.record_failure(address, f"a wrong API key ({key_prefix(key)})")
             return error_response(401, "invalid or missing API key")
         g.user, g.api_key = row.user, row
         return view(*args, **kwargs)

@@ -10,8 +10,8 @@ from app.dashboard import bp
 from app.dashboard.auth import site_admin_required
 from app.extensions import db
 from app.models import ROLES, Org, User
-from app.services.errors import Invalid, NotFound
-from app.services.orgs import InvalidName, get_or_create_org, get_or_create_user
+from app.services.errors import Invalid
+from app.services.orgs import InvalidName, add_user, find_org, get_or_create_org
 from app.services.pricing import format_usd, monthly_limit, save_prices, usd_text, with_prices
 from app.services.runs import current_prices
 from app.services.usage import month_spend
@@ -26,13 +26,6 @@ def admin():
     return render_template("admin.html", orgs=[(org, month_spend(org)) for org in orgs],
                            users=users, roles=ROLES, prices=current_prices(), usd=format_usd,
                            usd_text=usd_text)
-
-
-def _org(name: str) -> Org:
-    org = db.session.execute(sa.select(Org).filter_by(name=name)).scalar_one_or_none()
-    if org is None:
-        raise NotFound(f"no org named {name!r}")
-    return org
 
 
 def _back(message: str):
@@ -53,15 +46,9 @@ def admin_create_org():
 @bp.post("/admin/users")
 @site_admin_required
 def admin_create_user():
-    org, role = _org(request.form.get("org", "")), request.form.get("role", "member")
-    if role not in ROLES:
-        raise Invalid(f"role must be one of {', '.join(ROLES)}")
-    try:
-        user = get_or_create_user(org, request.form.get("username", "").strip(), role=role)
-    except InvalidName as exc:
-        raise Invalid(str(exc)) from None
-    if user.org_id != org.id:
-        raise Invalid(f"{user.username} belongs to another org")
+    org = find_org(request.form.get("org", ""))
+    user = add_user(org, request.form.get("username", "").strip(),
+                    request.form.get("role", "member"))
     return _back(f"User {user.username} is in {org.name} ({user.role}); "
                  f"set a password with `flask set-password {user.username}`.")
 
@@ -69,7 +56,7 @@ def admin_create_user():
 @bp.post("/admin/orgs/<name>/limit")
 @site_admin_required
 def admin_org_limit(name: str):
-    org = _org(name)
+    org = find_org(name)
     try:
         org.monthly_limit_micros = monthly_limit(request.form.get("limit", ""))
     except ValueError as exc:

@@ -43,7 +43,7 @@ def login():
     error, status = None, 200
     if request.method == "POST":
         username = request.form.get("username", "")[:64]
-        subjects = [f"address {request.remote_addr}", f"user {username}"]
+        subjects = throttle.subjects(username)
         try:
             throttle.check(subjects)
         except throttle.Throttled as exc:
@@ -52,7 +52,7 @@ def login():
         if user is None:
             throttle.record_failure(subjects, "a wrong password")
         else:
-            throttle.forget(f"user {username}")
+            throttle.forget_user(username)
             session.clear()   # a new session on sign-in: no fixation
             session["user_id"] = user.id
             target = request.args.get("next", "")

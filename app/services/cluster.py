@@ -9,11 +9,10 @@ import sqlalchemy as sa
 from app.extensions import db
 from app.models import Org, Run
 from app.services.errors import Unavailable
-from app.services.run_text import hardware
+from app.services.run_text import hardware, waiting_text
 from app.services.slurm_access import slurm_client
 from slurm.client import SlurmError
 from slurm.jobspec import GPU_TYPES, SlurmSite
-from slurm.reasons import explain_pending
 from slurm.records import NodeRecord
 
 QUEUED_SHOWN = 200
@@ -61,8 +60,4 @@ def queued_runs() -> tuple[list[tuple[Run, str, str, str]], int]:
         Run.status == "queued")
     count = db.session.scalar(sa.select(sa.func.count()).select_from(waiting.subquery()))
     rows = db.session.execute(waiting.order_by(Run.created_at, Run.id).limit(QUEUED_SHOWN)).all()
-    shown = []
-    for run, org in rows:
-        asked = hardware(run)
-        shown.append((run, org, asked, explain_pending(run.pending_reason or "", asked)))
-    return shown, count
+    return [(run, org, hardware(run), waiting_text(run)) for run, org in rows], count

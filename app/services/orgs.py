@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 
 from app.extensions import db
-from app.models import Org, User
-from app.services.errors import NotFound
+from app.models import ROLES, Org, User
+from app.services.errors import Invalid, NotFound
 
 ORG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 USERNAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -25,6 +25,27 @@ def get_or_create_org(name: str) -> Org:
         db.session.add(org)
         db.session.commit()
     return org
+
+
+def find_org(name: str) -> Org:
+    org = db.session.execute(db.select(Org).filter_by(name=name)).scalar_one_or_none()
+    if org is None:
+        raise NotFound(f"no org named {name!r}")
+    return org
+
+
+def add_user(org: Org, username: str, role: str = "member") -> User:
+    """A user of `org` (made if new): the admin's create-user, from the
+    command line or the Orgs page."""
+    if role not in ROLES:
+        raise Invalid(f"role must be one of {', '.join(ROLES)}")
+    try:
+        user = get_or_create_user(org, username, role=role)
+    except InvalidName as exc:
+        raise Invalid(str(exc)) from None
+    if user.org_id != org.id:
+        raise Invalid(f"{username!r} belongs to another org")
+    return user
 
 
 def get_or_create_user(org: Org, username: str, role: str = "member") -> User:

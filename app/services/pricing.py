@@ -9,6 +9,8 @@ import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from app.instance_files import replace_file
+
 MICROS = 1_000_000
 
 
@@ -104,10 +106,7 @@ def save_prices(path: str, table: PriceTable) -> None:
     lines += [f'{gpu} = "{usd_text(price)}"' for gpu, price in table.per_unit_hour.items()]
     lines += ["[extra]", f'core_hour = "{usd_text(table.extra_core_hour)}"',
               f'gib_hour = "{usd_text(table.extra_gib_hour)}"']
-    temp = f"{path}.tmp"
-    with open(temp, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(temp, path)
+    replace_file(path, "\n".join(lines) + "\n")
 
 
 def minutes_for(budget_micros: int, rate_micros_per_hour: int) -> int:

@@ -14,8 +14,8 @@ import re
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from flask import current_app
 
-from app import instance_secret
 from app.extensions import db
+from app.instance_files import instance_secret, replace_file
 from app.models import Org, Run, Secret, User, utcnow
 from app.services.errors import Invalid, NotFound, Unavailable
 from app.services.masking import Masker
@@ -157,9 +157,4 @@ def rotate(new_key: bool) -> int:
 
 
 def _write_keys(keys: list[str]) -> None:
-    path = _key_file()
-    temp = f"{path}.{os.getpid()}"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write("\n".join(keys) + "\n")
-    os.replace(temp, path)
+    replace_file(_key_file(), "\n".join(keys) + "\n", mode=0o600)

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field, fields
 
 from flask import current_app
 
+from app.instance_files import replace_file
+
 from slurm.jobspec import CPU, GPU_TYPES, STATE_PATH, InvalidJobSpec, SlurmSite
 from slurm.transport import LocalTransport, SSHTransport
 
@@ -164,36 +166,37 @@ def _toml(value) -> str:
     return json.dumps(value)
 
 
+def site_data(site: Site) -> dict:
+    """The settings as the site file holds them: what differs from the
+    defaults, table by table."""
+    default, slurm, transport = SlurmSite(), site.slurm, site.transport
+    return {
+        "slurm": {key: list(value) if isinstance(value, tuple) else value
+                  for key in SLURM_KEYS
+                  if (value := getattr(slurm, key)) != getattr(default, key)},
+        "partitions": {k: v for k, v in slurm.partitions.items() if default.partitions.get(k) != v},
+        "gres": {k: v for k, v in slurm.gres_types.items() if default.gres_types.get(k) != v},
+        "transport": {f.name: value for f in fields(Transport)
+                      if (value := getattr(transport, f.name)) is not None
+                      and (transport.kind == "ssh" or f.name == "kind")},
+    }
+
+
 def save_site(site: Site) -> str:
-    """Writes the settings that differ from the defaults; returns the path."""
-    default, slurm = SlurmSite(), site.slurm
+    """Writes the site file; returns its path."""
     lines = ["# divergent's site settings (flask site). The server and the reconciler",
-             "# reread this file when it changes.", "[slurm]"]
-    lines += [f"{key} = {_toml(list(v) if isinstance(v, tuple) else v)}"
-              for key in SLURM_KEYS if (v := getattr(slurm, key)) != getattr(default, key)]
-    for table, mapping, defaults in (("partitions", slurm.partitions, default.partitions),
-                                     ("gres", slurm.gres_types, default.gres_types)):
+             "# reread this file when it changes."]
+    for table, values in site_data(site).items():
         lines.append(f"[{table}]")
-        lines += [f"{k} = {_toml(v)}" for k, v in mapping.items() if defaults.get(k) != v]
-    lines.append("[transport]")
-    lines += [f"{f.name} = {_toml(getattr(site.transport, f.name))}"
-              for f in fields(Transport) if getattr(site.transport, f.name) is not None
-              and (site.transport.kind == "ssh" or f.name == "kind")]
+        lines += [f"{key} = {_toml(value)}" for key, value in values.items()]
     path = site_file()
-    temp = f"{path}.{os.getpid()}"
-    with open(temp, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(temp, path)
+    replace_file(path, "\n".join(lines) + "\n")
     return path
 
 
 def with_changes(site: Site, slurm: dict, transport: dict | None) -> Site:
     """`site` with some settings changed, checked as a file would be."""
-    data = {"slurm": {k: list(v) if isinstance(v, tuple) else v
-                      for k in SLURM_KEYS if (v := getattr(site.slurm, k)) is not None},
-            "partitions": dict(site.slurm.partitions), "gres": dict(site.slurm.gres_types),
-            "transport": {f.name: getattr(site.transport, f.name) for f in fields(Transport)
-                          if getattr(site.transport, f.name) is not None}}
+    data = site_data(site)
     for key, value in slurm.items():
         if key in ("partitions", "gres"):
             data[key].update(value)
@@ -202,4 +205,3 @@ def with_changes(site: Site, slurm: dict, transport: dict | None) -> Site:
     if transport is not None:
         data["transport"] = transport
     return parse_site(data)
-

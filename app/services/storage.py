@@ -432,11 +432,13 @@ def delete(org: Org, volume: str, path: str) -> None:
     never through a symlink swapped in after the check. A link is deleted
     itself, not what it points to."""
     root, parent_rel, name = _real_parts(org, volume, path, follow_last=False)
-    if not os.path.lexists(os.path.join(root, parent_rel, name)):
-        raise NotFound(f"no {clean_path(path)!r} in {volume}")
     with folders_closed(VolumeFolders(root)) as folders:
         parent = folders.folder(parent_rel, create=False)
-        if stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+        try:
+            mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            raise NotFound(f"no {clean_path(path)!r} in {volume}") from None
+        if stat.S_ISDIR(mode):
             shutil.rmtree(name, dir_fd=parent)
         else:
             os.unlink(name, dir_fd=parent)

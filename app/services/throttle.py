@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import sqlalchemy as sa
-from flask import current_app
+from flask import current_app, request
 from sqlalchemy.exc import IntegrityError
 
 from app.extensions import db
@@ -23,6 +23,17 @@ class Throttled(ServiceError):
     def __init__(self, seconds: int):
         super().__init__(f"too many failed attempts: try again in {seconds} s")
         self.headers = {"Retry-After": str(seconds)}
+
+
+def subjects(username: str | None = None) -> list[str]:
+    """What a failure is counted against: the client's address, and for a
+    password the username too."""
+    found = [f"address {request.remote_addr}"]
+    return found + [_user(username)] if username is not None else found
+
+
+def _user(username: str) -> str:
+    return f"user {username}"
 
 
 def _window() -> timedelta:
@@ -67,7 +78,7 @@ def _count_one(subject: str) -> int:
     raise RuntimeError(f"could not count a failure for {subject}")
 
 
-def forget(subject: str) -> None:
+def forget_user(username: str) -> None:
     """After a right password: that user's count starts again."""
-    db.session.execute(sa.delete(AuthFailure).where(AuthFailure.subject == subject))
+    db.session.execute(sa.delete(AuthFailure).where(AuthFailure.subject == _user(username)))
     db.session.commit()

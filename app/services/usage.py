@@ -2,7 +2,7 @@
 and GPU type, against its monthly limit, and what a new run may spend."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
 
@@ -75,3 +75,18 @@ def minutes_left(org: Org, rate_micros_per_hour: int) -> int | None:
             f"the org's usage limit of {format_usd(org.monthly_limit_micros)} a month is reached "
             f"({format_usd(spent)} spent this month); an admin can raise it")
     return minutes
+
+
+def spend_by_day(org: Org, month: str | None) -> list[tuple[str, int]]:
+    """Each day of the month up to today (or its end), runs' cost by the day
+    they were made, zero where nothing ran: the chart's bars and its table."""
+    start, end, _ = month_bounds(month)
+    day = sa.func.date(Run.created_at)
+    rows = db.session.execute(
+        sa.select(day, sa.func.sum(Run.cost_micros)).where(_in_month(org, start, end))
+        .group_by(day)).all()
+    spent = {str(d): int(c) for d, c in rows}
+    last = min(end, utcnow() + timedelta(days=1))
+    days = [(start + timedelta(days=n)).date().isoformat()
+            for n in range((last - start).days)]
+    return [(d, spent.get(d, 0)) for d in days]

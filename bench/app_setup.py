@@ -1,0 +1,32 @@
+"""What the server-side benchmarks share: the app on a fresh database
+(SQLite in the run's temporary folder, or DATABASE_URL) with one org, its
+user and a project."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app import create_app  # noqa: E402
+from app.extensions import db  # noqa: E402
+from app.models import Org, Project, User  # noqa: E402
+from app.services.orgs import get_or_create_org, get_or_create_user  # noqa: E402
+
+
+def bench_app(tmp: str):
+    return create_app({"SQLALCHEMY_DATABASE_URI": os.environ.get(
+        "DATABASE_URL", f"sqlite:///{tmp}/bench.db"), "DIV_DATA_DIR": f"{tmp}/data"})
+
+
+def fresh_org() -> tuple[Org, User, Project]:
+    """Empty tables, then org, user and project "bench" (in an app context)."""
+    db.drop_all()
+    db.create_all()
+    org = get_or_create_org("bench")
+    user = get_or_create_user(org, "bench")
+    project = Project(org_id=org.id, name="bench")
+    db.session.add(project)
+    db.session.flush()
+    return org, user, project
