@@ -19,6 +19,11 @@ GPUS_PER_NODE = 8
 # refuse a bad flag before uploading anything.
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+RESERVED_ENV = re.compile(
+    r"^(?:(?:SLURM|SLURMD|SRUN|SBATCH|SALLOC|SPANK|DIV|div|BASH_FUNC)_.*"
+    r"|BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|NNODES|NODE_RANK|MASTER_ADDR|MASTER_PORT)$")
+RESERVED_TEXT = ("SLURM_*, DIV_*, BASH_ENV, ENV, BASH_FUNC_* and the names divergent sets "
+                 "for a run (NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT) are reserved")
 MEMORY = re.compile(r"^(\d+)(G|GiB)?$")
 USD = re.compile(r"^\$?(\d+(?:\.\d{1,2})?)$")
 CHECK = re.compile(r"^([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)(>=|<=|==|!=|>|<)(.+)$")
@@ -81,15 +86,19 @@ def parse_env(items: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(
                 f"{item!r} is not KEY=value (KEY: letters, digits and _, not starting with a digit)",
                 param_hint="--env")
+        if RESERVED_ENV.fullmatch(key):
+            raise click.BadParameter(f"{key}: {RESERVED_TEXT}", param_hint="--env")
         env[key] = value
     return env
 
 
 def parse_secret_name(name: str, flag: str = "--secret") -> str:
-    if not ENV_KEY.fullmatch(name) or name.upper().startswith(("DIV_", "SLURM_")):
+    if not ENV_KEY.fullmatch(name):
         raise click.BadParameter(
-            f"{name!r}: a secret's name is letters, digits and _, not starting with a digit, "
-            "DIV_ or SLURM_ (it becomes an environment variable)", param_hint=flag)
+            f"{name!r}: a secret's name is letters, digits and _, not starting with a digit "
+            "(it becomes an environment variable)", param_hint=flag)
+    if RESERVED_ENV.fullmatch(name):
+        raise click.BadParameter(f"{name}: {RESERVED_TEXT}", param_hint=flag)
     return name
 
 

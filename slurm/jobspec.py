@@ -19,6 +19,12 @@ VOLUME_NAME = re.compile(r"^[a-z0-9_-][a-z0-9._-]{0,62}$")
 # and where % is a pattern: only plain path characters.
 STATE_PATH = re.compile(r"^/[A-Za-z0-9._/-]+$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Names Slurm, bash or divergent give meaning to, and the ones the platform
+# sets for every run: a run's env and secrets may not use them. The run's
+# values only ever reach its sandbox, so this is defence in depth.
+RESERVED_ENV = re.compile(
+    r"^(?:(?:SLURM|SLURMD|SRUN|SBATCH|SALLOC|SPANK|DIV|div|BASH_FUNC)_.*"
+    r"|BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|NNODES|NODE_RANK|MASTER_ADDR|MASTER_PORT)$")
 # Images are passed quoted, but a strict shape keeps odd refs out of logs too.
 IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
 
@@ -43,7 +49,6 @@ class SlurmSite:
     # /etc (where the site's Python lives, say), and PATH inside the run.
     bind_paths: tuple[str, ...] = ()
     path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    master_port: int = 29500
 
     def __post_init__(self):
         if self.runtime not in RUNTIMES:
@@ -70,8 +75,12 @@ class JobSpec:
     image: str = DEFAULT_IMAGE
     time_limit_minutes: int | None = None
     env: dict[str, str] = field(default_factory=dict)
-    # The uploaded code; None (--no-upload) leaves /workspace empty.
+    # The uploaded code, a tree only the server writes; None (--no-upload)
+    # leaves /workspace empty.
     code_dir: str | None = None
+    # The org's stored code trees, <volume>/<name> each: bound read-only at
+    # /mnt/<volume>/code, so no run can change the code another one gets.
+    trees_dir: str | None = None
 
     def __post_init__(self):
         validate(self)
@@ -94,6 +103,16 @@ def _check(pattern: re.Pattern, value: str, what: str) -> None:
         raise InvalidJobSpec(f"invalid {what}: {value!r}")
 
 
+def check_env_name(name: object, what: str = "env variable") -> str:
+    if not isinstance(name, str) or not ENV_KEY.fullmatch(name):
+        raise InvalidJobSpec(f"invalid {what} name {name!r}: letters, digits and _, "
+                             "not starting with a digit")
+    if RESERVED_ENV.fullmatch(name):
+        raise InvalidJobSpec(f"{name} is reserved: SLURM_*, DIV_*, BASH_ENV, ENV, BASH_FUNC_* "
+                             "and the names divergent sets for a run cannot be set by a run")
+    return name
+
+
 def validate(spec: JobSpec) -> None:
     _check(RUN_NAME, spec.run_name, "run name")
     _check(ACCOUNT_NAME, spec.account, "account")
@@ -111,11 +130,11 @@ def validate(spec: JobSpec) -> None:
     if spec.time_limit_minutes is not None and spec.time_limit_minutes < 1:
         raise InvalidJobSpec("time limit must be at least 1 minute")
     for key in spec.env:
-        _check(ENV_KEY, key, "env key")
+        check_env_name(key)
     for value in (spec.command, spec.state_dir, spec.volumes_dir, spec.code_dir or "",
-                  *spec.env.values()):
+                  spec.trees_dir or "", *spec.env.values()):
         if "\0" in value:
             raise InvalidJobSpec("values must not contain NUL bytes")
-    for path in (spec.state_dir, spec.volumes_dir, spec.code_dir):
+    for path in (spec.state_dir, spec.volumes_dir, spec.code_dir, spec.trees_dir):
         if path is not None and not path.startswith("/"):
             raise InvalidJobSpec(f"paths must be absolute: {path!r}")

@@ -4,17 +4,32 @@ reads.
 
 Only the "values" block holds user values, each one shlex-quoted or already
 checked by a strict pattern (slurm.jobspec). Everything else is fixed text.
+
+The trust boundary (DESIGN.md "The batch script"): this script's own shell,
+srun, scontrol, cp and the cleanup run outside the sandbox with an
+environment the script sets itself. The run's env and secrets are never
+exported here: they travel as quoted array declarations under fixed names
+(div_env_decl, div_secrets_decl), and only LAUNCH, the first thing run
+inside the sandbox, turns them into environment variables.
 """
 from __future__ import annotations
 
 import shlex
 
-from slurm.jobspec import ENV_KEY, InvalidJobSpec, JobSpec, SlurmSite
+from slurm.jobspec import JobSpec, SlurmSite, check_env_name
 
 METRICS_PATH = "/div/metrics.jsonl"
 # The run's secrets, in its state folder (0600) until the batch script has
 # read them: never in the script itself, which Slurm and admins keep.
 SECRETS_FILE = "secrets.env"
+
+# The first command inside the sandbox: the run's env and secrets become
+# environment variables here and nowhere else, divergent's own div_* values
+# go, and the run's command is evaluated once, by the run's own shell.
+LAUNCH = ('eval "$div_env_decl"; eval "$div_secrets_decl"; '
+          'for div_kv in "${div_env[@]}" "${div_secrets[@]}"; do export -- "$div_kv"; done; '
+          '_div_command=$div_command; unset -v "${!div_@}"; '
+          'exec /bin/bash -c "$_div_command"')
 
 # Runs once on each node (srun, one task a node): a scratch folder with
 # workspace/ (a copy of the code) and mnt/, the command through the runtime,
@@ -70,10 +85,12 @@ div_cleanup() {
 # of the node: no home, no share but the org's volumes, no other runs, no
 # capabilities, and of /etc only what programs need to start (users, name
 # resolution, certificates, the loader's cache): never the node's keys
-# (munge, ssh) or Slurm's configuration.
+# (munge, ssh) or Slurm's configuration. A user namespace of its own, so
+# that even uid 0 inside is the job's unprivileged user outside. The code
+# trees the server stored are bound read-only over /mnt/<volume>/code.
 EXEC_NONE = r'''
 div_exec() {
-    local args=(--die-with-parent --unshare-pid --unshare-ipc --cap-drop ALL
+    local args=(--die-with-parent --unshare-user --unshare-pid --unshare-ipc --cap-drop ALL
         --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib
         --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin
         --proc /proc --dev /dev --tmpfs /tmp
@@ -89,8 +106,11 @@ div_exec() {
     local p v
     for p in "${div_bind_paths[@]}"; do args+=(--ro-bind "$p" "$p"); done
     for p in /dev/nvidia* /dev/dri; do [ -e "$p" ] && args+=(--dev-bind "$p" "$p"); done
-    for v in "${volumes[@]}"; do args+=(--bind "$div_volumes_dir/$v" "/mnt/$v"); done
-    bwrap "${args[@]}" /bin/bash -c "$div_command"
+    for v in "${volumes[@]}"; do
+        args+=(--bind "$div_volumes_dir/$v" "/mnt/$v")
+        [ -n "$div_trees_dir" ] && [ -d "$div_trees_dir/$v" ] && args+=(--ro-bind "$div_trees_dir/$v" "/mnt/$v/code")
+    done
+    bwrap "${args[@]}" /bin/bash -c "$div_launch"
 }
 '''
 
@@ -98,11 +118,14 @@ div_exec() {
 EXEC_PYXIS = r'''
 div_exec() {
     local mounts="$scratch/workspace:/workspace,$scratch/mnt:/mnt,$div_state/metrics.jsonl:$DIV_METRICS" v
-    for v in "${volumes[@]}"; do mounts+=",$div_volumes_dir/$v:/mnt/$v"; done
+    for v in "${volumes[@]}"; do
+        mounts+=",$div_volumes_dir/$v:/mnt/$v"
+        [ -n "$div_trees_dir" ] && [ -d "$div_trees_dir/$v" ] && mounts+=",$div_trees_dir/$v:/mnt/$v/code:ro"
+    done
     srun --overlap --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
         --container-image="$div_image" --container-mounts="$mounts" \
         --container-workdir=/workspace --no-container-mount-home \
-        /bin/bash -c "$div_command"
+        /bin/bash -c "$div_launch"
 }
 '''
 
@@ -113,8 +136,11 @@ div_exec() {
         --bind "$scratch/workspace:/workspace" --bind "$scratch/mnt:/mnt"
         --bind "$div_state/metrics.jsonl:$DIV_METRICS") v
     [ "$div_gpus" = yes ] && args+=(--nv)
-    for v in "${volumes[@]}"; do args+=(--bind "$div_volumes_dir/$v:/mnt/$v"); done
-    apptainer "${args[@]}" "docker://$div_image" /bin/bash -c "$div_command"
+    for v in "${volumes[@]}"; do
+        args+=(--bind "$div_volumes_dir/$v:/mnt/$v")
+        [ -n "$div_trees_dir" ] && [ -d "$div_trees_dir/$v" ] && args+=(--bind "$div_trees_dir/$v:/mnt/$v/code:ro")
+    done
+    apptainer "${args[@]}" "docker://$div_image" /bin/bash -c "$div_launch"
 }
 '''
 
@@ -168,37 +194,48 @@ def _assign(name: str, value: str) -> str:
     return f"{name}={shlex.quote(value)}"
 
 
+def _array_declaration(name: str, items: list[str]) -> str:
+    return f"{name}=(" + " ".join(shlex.quote(item) for item in items) + ")"
+
+
+def _env_declaration(name: str, values: dict[str, str], what: str) -> str:
+    for key in values:
+        check_env_name(key, what)
+    return _array_declaration(name, [f"{k}={v}" for k, v in values.items()])
+
+
 def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
-    lines = [
+    return [
         "export " + _assign("PATH", site.path),
-        *("export " + _assign(k, v) for k, v in spec.env.items()),
-        # Ours after the run's own, so a run cannot fake its identity.
+        # The run's own values: declarations under fixed names, never exported
+        # as themselves here (see LAUNCH).
+        "export " + _assign("div_env_decl", _env_declaration("div_env", spec.env, "env variable")),
         "export " + _assign("DIV_RUN", spec.run_name),
         "export " + _assign("DIV_PROJECT", spec.project),
         "export " + _assign("DIV_METRICS", METRICS_PATH),
         'export NNODES="$SLURM_JOB_NUM_NODES"',
         'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-        f"export MASTER_PORT={int(site.master_port)}",
+        # Per job, so that two jobs sharing a node never collide.
+        "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 40000))",
         "export " + _assign("div_state", spec.state_dir),
         "export " + _assign("div_volumes_dir", spec.volumes_dir),
+        "export " + _assign("div_trees_dir", spec.trees_dir or ""),
         "export " + _assign("div_code", spec.code_dir or ""),
         "export " + _assign("div_command", spec.command),
         "export " + _assign("div_image", spec.image),
         "export " + _assign("div_scratch_root", site.scratch_root),
         "export " + _assign("div_gpus", "no" if spec.is_cpu else "yes"),
+        "export " + _assign("div_launch", LAUNCH),
         # Arrays do not cross srun's environment: a declaration does.
         "export div_bind_paths_decl=" + shlex.quote(
-            "div_bind_paths=(" + " ".join(shlex.quote(p) for p in site.bind_paths) + ")"),
+            _array_declaration("div_bind_paths", list(site.bind_paths))),
     ]
-    return lines
 
 
 def secrets_file_text(values: dict[str, str]) -> str:
-    """What the batch script sources: names checked, values shell-quoted."""
-    for name in values:
-        if not ENV_KEY.fullmatch(name):
-            raise InvalidJobSpec(f"invalid secret name {name!r}")
-    return "".join(f"export {_assign(name, value)}\n" for name, value in values.items())
+    """What the batch script reads (never sources) into div_secrets_decl:
+    a declaration whose names are checked and values shell-quoted."""
+    return _env_declaration("div_secrets", values, "secret") + "\n"
 
 
 def render_batch_script(spec: JobSpec, site: SlurmSite) -> str:
@@ -210,9 +247,11 @@ def render_batch_script(spec: JobSpec, site: SlurmSite) -> str:
     body = [
         "set -u",
         *values_block(spec, site),
+        "div_secrets_decl=",
         f'if [ -e "$div_state/{SECRETS_FILE}" ]; then',
-        f'    . "$div_state/{SECRETS_FILE}" && rm -f "$div_state/{SECRETS_FILE}"',
+        f'    div_secrets_decl=$(<"$div_state/{SECRETS_FILE}") && rm -f "$div_state/{SECRETS_FILE}"',
         "fi",
+        "export div_secrets_decl",
         ': >>"$div_state/metrics.jsonl"',
     ]
     return "\n".join(header + [""] + body) + "\n" + NODE_FUNCTIONS + EXEC[site.runtime] + MAIN

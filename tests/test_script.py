@@ -17,7 +17,8 @@ def example_spec(**overrides) -> JobSpec:
     fields = dict(run_name="run-k4t9", account="acme", gpu_type="h100", gpus=1, cpus=8,
                   memory_gib=64, command="python -u -c 'from train import run; run()'",
                   state_dir="/srv/div/runs/acme/run-k4t9", volumes_dir="/srv/div/share/acme",
-                  code_dir="/srv/div/share/acme/classifier-code/code/9f31c2ab",
+                  code_dir="/srv/div/trees/acme/classifier-code/9f31c2ab",
+                  trees_dir="/srv/div/trees/acme",
                   project="classifier", time_limit_minutes=62, env={"LR": "3e-4"})
     fields.update(overrides)
     return JobSpec(**fields)

@@ -1,8 +1,12 @@
 """Code uploads, content-addressed (DESIGN.md "A run, end to end"): the CLI
 sends a manifest of (path, sha256, size, mode); the server answers which
-blobs its org lacks; once it has them all, the tree is laid out in a volume
-at code/<hash8>, named by the hash of the manifest. Unchanged code sends no
-bytes and reuses the tree already laid out."""
+blobs its org lacks; once it has them all, the tree is laid out once, named
+by the hash of the manifest (<volume>/code/<hash8>). Unchanged code sends no
+bytes and reuses the tree already laid out.
+
+The tree runs copy into /workspace lives where only the server writes
+(volumes.trees_dir); the volume gets a copy at code/<hash8> for people to
+browse, and runs see the stored trees read-only at /mnt/<volume>/code."""
 from __future__ import annotations
 
 import hashlib
@@ -15,8 +19,9 @@ from dataclasses import dataclass
 
 from app.models import Org
 from app.services.errors import Invalid
-from app.services.storage import MAX_FILE_BYTES, receive_verified
-from app.services.volumes import data_path, ensure_volume
+from app.services.storage import (MAX_FILE_BYTES, VolumeFolders, folders_closed,
+                                  receive_verified, uploads_dir)
+from app.services.volumes import data_path, ensure_volume, trees_dir
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 MAX_FILES = 100_000
@@ -107,30 +112,37 @@ def store_blob(org: Org, sha: str, stream, length: int | None) -> None:
 
 
 def lay_out_tree(org: Org, volume: str, entries: list[FileEntry]) -> Tree:
-    """The tree at <volume>/code/<hash8>, laid out once from the org's blobs.
+    """The tree <volume>/code/<hash8>, laid out once from the org's blobs.
     Raises MissingBlobs when the server lacks some."""
     missing = missing_blobs(org, entries)
     if missing:
         raise MissingBlobs(missing)
     full = tree_hash(entries)
-    code = os.path.join(os.path.realpath(ensure_volume(org, volume)), "code")
-    os.makedirs(code, exist_ok=True)
-    # Runs can write to the volume: a `code` that became a link must not
-    # lead the server's writes out of it.
-    if os.path.realpath(code) != code:
-        raise Invalid(f"{volume}/code is a symlink; remove it (div storage rm {volume} code)")
-    name = _tree_name(code, full)
-    target = os.path.join(code, name)
+    volume_path = ensure_volume(org, volume)
+    root = os.path.join(trees_dir(org), volume)
+    os.makedirs(root, exist_ok=True)
+    name = _tree_name(root, full)
+    target = os.path.join(root, name)
     if not os.path.isdir(target):
-        _build(org, entries, code, target, full)
+        _build(org, entries, root, target, full)
+    _show_in_volume(org, volume_path, name, target)
     return Tree(f"{volume}/code/{name}", target, len(entries), sum(e.size for e in entries))
 
 
-def _tree_name(code: str, full: str) -> str:
+def stored_tree(org: Org, ref: str) -> str | None:
+    """The server's own folder of the tree a run names (`<volume>/code/<name>`,
+    already checked by its pattern), or None: what a run may have made in a
+    volume is never taken for code."""
+    volume, _, name = ref.partition("/code/")
+    path = os.path.join(trees_dir(org), volume, name)
+    return path if os.path.isdir(path) else None
+
+
+def _tree_name(root: str, full: str) -> str:
     """hash8, longer in the rare case another tree already has that name.
     The full hash of each tree is kept beside it in .<name>.tree."""
     for length in range(8, 65, 4):
-        marker = os.path.join(code, f".{full[:length]}.tree")
+        marker = os.path.join(root, f".{full[:length]}.tree")
         if not os.path.exists(marker):
             return full[:length]
         with open(marker) as f:
@@ -139,15 +151,15 @@ def _tree_name(code: str, full: str) -> str:
     raise AssertionError("unreachable: the full hash names its tree")
 
 
-def _build(org: Org, entries: list[FileEntry], code: str, target: str, full: str) -> None:
-    temp = os.path.join(code, f".tmp-{full[:8]}-{secrets.token_hex(4)}")
+def _build(org: Org, entries: list[FileEntry], root: str, target: str, full: str) -> None:
+    temp = os.path.join(root, f".tmp-{full[:8]}-{secrets.token_hex(4)}")
     try:
         for e in entries:
             dest = os.path.join(temp, e.path)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             shutil.copyfile(_blob_path(org, e.sha256), dest)
             os.chmod(dest, 0o755 if e.executable else 0o644)
-        with open(os.path.join(code, f".{os.path.basename(target)}.tree"), "w") as f:
+        with open(os.path.join(root, f".{os.path.basename(target)}.tree"), "w") as f:
             f.write(full + "\n")
         try:
             os.rename(temp, target)
@@ -156,3 +168,24 @@ def _build(org: Org, entries: list[FileEntry], code: str, target: str, full: str
                 raise
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def _show_in_volume(org: Org, volume_path: str, name: str, tree: str) -> None:
+    """A copy of the tree at <volume>/code/<name> for people to browse,
+    renamed into place through descriptors opened without following links:
+    runs can write to the volume, and a `code` they made a link is refused."""
+    with folders_closed(VolumeFolders(volume_path)) as folders:
+        code = folders.folder("code", create=True)
+        try:
+            os.stat(name, dir_fd=code, follow_symlinks=False)
+            return
+        except FileNotFoundError:
+            pass
+        temp = os.path.join(uploads_dir(org), f".tree-{secrets.token_hex(8)}")
+        try:
+            shutil.copytree(tree, temp)
+            os.rename(temp, name, dst_dir_fd=code)
+        except OSError:
+            pass   # shown already (a request at the same moment) or not at all: runs never use it
+        finally:
+            shutil.rmtree(temp, ignore_errors=True)

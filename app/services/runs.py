@@ -23,11 +23,13 @@ from app.services.run_text import waiting_text
 from app.services.secrets import check_secret_name, seal, values_for_run, write_secrets_file
 from app.services.slurm_access import ensure_org_account, slurm_client, slurm_site
 from app.services.usage import minutes_left
-from app.services.volumes import (check_volume_name, data_path, ensure_volume, org_dir,
+from app.services.code import stored_tree
+from app.services.volumes import (data_path, ensure_volume, org_dir, trees_dir,
                                   volumes_in_command)
 from slurm.client import SlurmError, SubmitRefused
 from slurm import jobspec
-from slurm.jobspec import DEFAULT_IMAGE, ENV_KEY, IMAGE_REF, RUN_NAME, InvalidJobSpec, JobSpec
+from slurm.jobspec import (DEFAULT_IMAGE, IMAGE_REF, RUN_NAME, InvalidJobSpec, JobSpec,
+                           check_env_name)
 from slurm.script import render_batch_script
 
 GPU_TYPES = (*jobspec.GPU_TYPES, jobspec.CPU)
@@ -124,8 +126,12 @@ def _validate(req: RunRequest) -> None:
     if req.memory_gib is not None and not 1 <= req.memory_gib <= MAX_GIB_PER_NODE * nodes:
         raise Invalid(f"memory must be 1 to {MAX_GIB_PER_NODE} GiB a node")
     for key, value in req.env.items():
-        if not ENV_KEY.fullmatch(key) or "\0" in value:
-            raise Invalid(f"invalid env variable {key!r}")
+        try:
+            check_env_name(key)
+        except InvalidJobSpec as exc:
+            raise Invalid(str(exc)) from None
+        if "\0" in value:
+            raise Invalid(f"{key}: values must not contain NUL bytes")
     for check in req.checks:
         parse_check(check)
     for name in req.secrets:
@@ -205,10 +211,8 @@ def create_run(user: User, req: RunRequest) -> Run:
     minutes, limited_by = _time_limit(org, req.max_spend_micros, rate)
     code_dir = None
     if req.code_ref:
-        volume, _, _ = req.code_ref.partition("/")
-        code_dir = os.path.join(org_dir(org), req.code_ref)
-        check_volume_name(volume)
-        if not os.path.isdir(code_dir):
+        code_dir = stored_tree(org, req.code_ref)
+        if code_dir is None:
             raise NotFound(f"no uploaded code at {req.code_ref}")
     for volume in volumes_in_command(req.command):
         ensure_volume(org, volume)
@@ -230,7 +234,7 @@ def create_run(user: User, req: RunRequest) -> Run:
                        gpus=units, cpus=cpus, memory_gib=memory, command=req.command,
                        state_dir=state, volumes_dir=org_dir(org), project=req.project,
                        image=req.image, time_limit_minutes=minutes, env=req.env,
-                       code_dir=code_dir)
+                       code_dir=code_dir, trees_dir=trees_dir(org))
         script = render_batch_script(spec, slurm_site())
     except InvalidJobSpec as exc:
         db.session.rollback()

@@ -20,13 +20,12 @@ from app.models import Org, Run, Secret, User, utcnow
 from app.services.errors import Invalid, NotFound, Unavailable
 from app.services.masking import Masker
 from app.services.orgs import all_named, find_named
-from slurm.jobspec import ENV_KEY
+from slurm.jobspec import InvalidJobSpec, check_env_name
 from slurm.script import SECRETS_FILE, secrets_file_text
 
 MAX_VALUE_BYTES = 64 * 1024
 # Ours: a run's identity and Slurm's own variables are not for a secret to set.
 # (and div_ in any case: the batch script's own variables).
-RESERVED_PREFIXES = ("DIV_", "SLURM_")
 
 
 def _key_file() -> str:
@@ -62,12 +61,10 @@ def unseal(token: str) -> str:
 
 
 def check_secret_name(name: object) -> str:
-    if not isinstance(name, str) or not ENV_KEY.fullmatch(name):
-        raise Invalid(f"invalid secret name {name!r}: letters, digits and _, "
-                      "not starting with a digit (it becomes an environment variable)")
-    if name.upper().startswith(RESERVED_PREFIXES):
-        raise Invalid(f"{name}: names starting with {' or '.join(RESERVED_PREFIXES)} are reserved")
-    return name
+    try:
+        return check_env_name(name, "secret")
+    except InvalidJobSpec as exc:
+        raise Invalid(f"{exc} (a secret becomes an environment variable)") from None
 
 
 def set_secret(user: User, name: str, value: object) -> Secret:

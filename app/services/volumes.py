@@ -26,6 +26,13 @@ def org_dir(org: Org) -> str:
     return data_path("share", org.name)
 
 
+def trees_dir(org: Org) -> str:
+    """The org's stored code trees, <volume>/<name> each: written only by the
+    server and never seen writable by a run (they are bound read-only at
+    /mnt/<volume>/code), so no run can change the code another one gets."""
+    return data_path("trees", org.name)
+
+
 def check_volume_name(name: str) -> str:
     if not isinstance(name, str) or not VOLUME_NAME.fullmatch(name):
         raise Invalid(f"invalid volume name {name!r}: use lowercase letters, digits, "

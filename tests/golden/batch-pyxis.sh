@@ -16,24 +16,28 @@
 
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-export LR=3e-4
+export div_env_decl='div_env=(LR=3e-4)'
 export DIV_RUN=run-k4t9
 export DIV_PROJECT=classifier
 export DIV_METRICS=/div/metrics.jsonl
 export NNODES="$SLURM_JOB_NUM_NODES"
 export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
-export MASTER_PORT=29500
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 40000))
 export div_state=/srv/div/runs/acme/run-k4t9
 export div_volumes_dir=/srv/div/share/acme
-export div_code=/srv/div/share/acme/classifier-code/code/9f31c2ab
+export div_trees_dir=/srv/div/trees/acme
+export div_code=/srv/div/trees/acme/classifier-code/9f31c2ab
 export div_command='python -u -c '"'"'from train import run; run()'"'"''
 export div_image=pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime
 export div_scratch_root=/tmp
 export div_gpus=yes
+export div_launch='eval "$div_env_decl"; eval "$div_secrets_decl"; for div_kv in "${div_env[@]}" "${div_secrets[@]}"; do export -- "$div_kv"; done; _div_command=$div_command; unset -v "${!div_@}"; exec /bin/bash -c "$_div_command"'
 export div_bind_paths_decl='div_bind_paths=(/opt/conda)'
+div_secrets_decl=
 if [ -e "$div_state/secrets.env" ]; then
-    . "$div_state/secrets.env" && rm -f "$div_state/secrets.env"
+    div_secrets_decl=$(<"$div_state/secrets.env") && rm -f "$div_state/secrets.env"
 fi
+export div_secrets_decl
 : >>"$div_state/metrics.jsonl"
 
 div_node() {
@@ -83,11 +87,14 @@ div_cleanup() {
 
 div_exec() {
     local mounts="$scratch/workspace:/workspace,$scratch/mnt:/mnt,$div_state/metrics.jsonl:$DIV_METRICS" v
-    for v in "${volumes[@]}"; do mounts+=",$div_volumes_dir/$v:/mnt/$v"; done
+    for v in "${volumes[@]}"; do
+        mounts+=",$div_volumes_dir/$v:/mnt/$v"
+        [ -n "$div_trees_dir" ] && [ -d "$div_trees_dir/$v" ] && mounts+=",$div_trees_dir/$v:/mnt/$v/code:ro"
+    done
     srun --overlap --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
         --container-image="$div_image" --container-mounts="$mounts" \
         --container-workdir=/workspace --no-container-mount-home \
-        /bin/bash -c "$div_command"
+        /bin/bash -c "$div_launch"
 }
 
 srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
