@@ -8,10 +8,13 @@ export FLASK_APP := wsgi.py
 
 .PHONY: up test down cluster postgres test-tools
 
+# The server, the reconciler and their admin commands run as the service
+# user (scripts/services); the key file for the developer is copied out.
 up: $(VENV)/.installed cluster
-	$(BIN)/flask db upgrade
+	scripts/services exec $(BIN)/flask db upgrade
 	scripts/services start
-	$(BIN)/flask dev-bootstrap --env-file .div-dev.env
+	scripts/services exec $(BIN)/flask dev-bootstrap --env-file instance/dev.env
+	install -m 600 instance/dev.env .div-dev.env
 
 test: $(VENV)/.installed cluster postgres test-tools
 	$(BIN)/pytest

@@ -108,8 +108,10 @@ class SlurmClient:
         node, for the SSH transport): the share must be the same path there."""
         return self._call(["test", "-d", path]).returncode == 0
 
-    def ensure_account(self, account: str, user: str = "root") -> None:
-        """A Slurm account for an org, with `user` (who submits) in it."""
+    def ensure_account(self, account: str) -> None:
+        """A Slurm account for an org, with the user Slurm's commands run as
+        (who submits) in it."""
+        user = self.transport.user
         nothing_new = ("Nothing new added",)
         self._run(["sacctmgr", "-i", "add", "account", account], ok_errors=nothing_new)
         self._run(["sacctmgr", "-i", "add", "user", user, f"account={account}"],

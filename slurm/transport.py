@@ -3,6 +3,7 @@ one. Both take an argv and optional stdin and give back a CommandResult."""
 from __future__ import annotations
 
 import os
+import pwd
 import shlex
 import subprocess
 import threading
@@ -23,6 +24,11 @@ class TransportError(RuntimeError):
 
 
 class LocalTransport:
+    @property
+    def user(self) -> str:
+        """Who Slurm's commands run as: this process's own user."""
+        return pwd.getpwuid(os.geteuid()).pw_name
+
     def run(self, argv: list[str], stdin: str | None = None,
             env: dict[str, str] | None = None) -> CommandResult:
         full_env = {**os.environ, **(env or {})}

@@ -98,11 +98,11 @@ def _wait_for_port(port: int) -> None:
 
 
 @pytest.fixture(scope="session")
-def stack(slurm_cluster, tmp_path_factory):
+def stack(slurm_cluster):
     """The API server and reconciler on a fresh PostgreSQL database, with two
     orgs (e2e and other), each with a key."""
     from tests.stack import start_stack, stop_stack
-    running = start_stack(tmp_path_factory.mktemp("stack"), _free_port(), POSTGRES_URL)
+    running = start_stack(_free_port(), POSTGRES_URL)
     yield running
     stop_stack(running)
 

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
+SERVICES = ROOT / "scripts" / "services"
 
 
 def fresh_postgres_database(admin_url: str, name: str) -> str:
@@ -59,12 +61,13 @@ class Stack:
         return env
 
     def services(self, action: str, what: str = "all") -> None:
-        subprocess.run([str(ROOT / "scripts" / "services"), action, what], env=self.env(),
+        subprocess.run([str(SERVICES), action, what], env=self.env(),
                        check=True, capture_output=True)
 
     def flask(self, *args: str, check: bool = True,
               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([str(VENV_BIN / "flask"), *args], cwd=ROOT,
+        """An admin command, run as the server runs (the service user)."""
+        return subprocess.run([str(SERVICES), "exec", str(VENV_BIN / "flask"), *args], cwd=ROOT,
                               env={**self.env(), **(env or {})}, capture_output=True,
                               text=True, check=check)
 
@@ -123,11 +126,14 @@ class Stack:
             time.sleep(0.2)
 
 
-def start_stack(base: Path, port: int, postgres_admin_url: str) -> Stack:
+def start_stack(port: int, postgres_admin_url: str) -> Stack:
+    """The stack in a folder of its own under /tmp: the service user it runs
+    as must reach it, and pytest's own folders are root's alone."""
+    base = Path(tempfile.mkdtemp(prefix="div-stack-"))
+    base.chmod(0o711)
     stack = Stack(base, port, fresh_postgres_database(postgres_admin_url, "divergent_e2e"))
     (base / "home").mkdir(parents=True, exist_ok=True)
-    subprocess.run([str(VENV_BIN / "flask"), "db", "upgrade"], cwd=ROOT, env=stack.env(),
-                   check=True, capture_output=True)
+    stack.flask("db", "upgrade")
     stack.services("start")
     stack.add_org("e2e")
     stack.add_org("other")
@@ -136,4 +142,4 @@ def start_stack(base: Path, port: int, postgres_admin_url: str) -> Stack:
 
 def stop_stack(stack: Stack) -> None:
     stack.services("stop")
-    shutil.rmtree(stack.data_dir, ignore_errors=True)
+    shutil.rmtree(stack.base, ignore_errors=True)

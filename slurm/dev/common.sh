@@ -6,6 +6,7 @@ STATE=${DIV_DEV_STATE:-/var/lib/div-dev}
 CONF_DIR=${DIV_DEV_SLURM_CONF_DIR:-/etc/slurm}
 CLUSTER=${DIV_DEV_CLUSTER:-divdev}
 DEV_ACCOUNT=${DIV_DEV_ACCOUNT:-dev}
+SERVICE_USER=${DIV_SERVICE_USER:-divergent}
 BRIDGE=div-br0
 BRIDGE_ADDR=10.77.0.1
 CTL_HOST=$(hostname -s)
