@@ -22,7 +22,7 @@ from app.services.pricing import cost
 from app.services.runs import LIVE, run_dir, run_json
 from app.services.errors import Unavailable
 from app.services.schedules import fire_due
-from app.services.secrets import remove_secrets_file
+from app.services.secrets import masked_metrics, remove_secrets_file
 from app.services.usage import month_spend
 from app.services.slurm_access import slurm_client
 from slurm.client import SlurmError
@@ -53,6 +53,12 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None) -> None:
     if run.started_at is not None:
         run.cost_micros = cost(run.rate_micros_per_hour, run.elapsed_seconds or 0,
                                run.time_limit_minutes)
+    if state_dir is not None and run.started_at is not None:
+        if not _read_metrics(run, state_dir, final=record.finished) and record.finished:
+            # Its metrics are read a bounded amount a cycle: a run that
+            # wrote a flood ends once they are all read, later than others.
+            run.status = "running"
+            return
     if record.finished:
         if state_dir is not None and run.secrets_sealed:
             remove_secrets_file(state_dir)
@@ -60,27 +66,29 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None) -> None:
         run.exit_code = record.exit_code
         run.ended_at = _moment(record.end)
     run.status = status
-    if state_dir is not None and run.started_at is not None:
-        _read_metrics(run, state_dir, final=record.finished)
     if record.finished and run.checks:
         document = run_json(run)
         run.checks = [verdict(document, c["check"]) for c in run.checks]
 
 
-def _read_metrics(run: Run, state_dir: str, final: bool) -> None:
+def _read_metrics(run: Run, state_dir: str, final: bool) -> bool:
+    """Reads what is new of the run's metrics; whether all of it is read."""
     path = os.path.join(state_dir, "metrics.jsonl")
     try:
         if os.stat(path).st_size <= (run.metrics_offset or 0):
-            return   # nothing new: most runs, most cycles
+            return True   # nothing new: most runs, most cycles
     except FileNotFoundError:
-        return
+        return True
     seen = MetricsRead(dict(run.metrics or {}), run.metrics_points or 0,
                        run.metrics_malformed or 0, run.metrics_offset or 0)
     read_metrics(path, seen, final=final)
     if seen.offset != (run.metrics_offset or 0):
-        run.metrics = seen.last   # a new dict, so the JSON column sees the change
+        # A new dict, so the JSON column sees the change; a secret's value
+        # is *** here as in the log.
+        run.metrics = masked_metrics(run, seen.last)
         run.metrics_points, run.metrics_malformed = seen.points, seen.malformed
         run.metrics_offset = seen.offset
+    return seen.caught_up
 
 
 def stop_orgs_at_their_limit(live: list[Run], orgs: dict[int, Org]) -> None:

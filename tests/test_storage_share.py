@@ -95,40 +95,40 @@ def volume_with_links(small_share, tmp_path):
     return org, root, outside
 
 
-def _swap_after_check(monkeypatch, root: str, outside) -> None:
-    """What a run could do between the server's check and its open: put a
-    symlink out of the volume where a checked folder was."""
-    checked = storage.resolve
-
-    def resolve_then_swap(*args, **kwargs):
-        answer = checked(*args, **kwargs)
-        os.rename(f"{root}/ckpt", f"{root}/ckpt-real")
-        os.symlink(str(outside), f"{root}/ckpt")
-        return answer
-    monkeypatch.setattr(storage, "resolve", resolve_then_swap)
-
-
-def test_a_download_follows_links_inside_the_volume_but_not_a_swapped_in_one(
-        volume_with_links, monkeypatch):
+def test_a_download_never_follows_a_link_or_waits_on_a_fifo(volume_with_links):
     org, root, outside = volume_with_links
-    file, info = storage.open_for_download(org, "vol", "ckpt/latest.bin")
+    file, info = storage.open_for_download(org, "vol", "ckpt/step-100.bin")
     with file:
         assert file.read() == b"weights" and info.st_size == 7
+    with pytest.raises(NotFound):                         # a link, even one inside
+        storage.open_for_download(org, "vol", "ckpt/latest.bin")
     with pytest.raises(NotFound):                         # a FIFO: refused, not a hang
         storage.open_for_download(org, "vol", "ckpt/pipe")
-    (outside / "step-100.bin").write_bytes(b"not yours")
-    _swap_after_check(monkeypatch, root, outside)
-    with pytest.raises((Invalid, NotFound)):
-        storage.open_for_download(org, "vol", "ckpt/step-100.bin")
+    os.symlink(str(outside), f"{root}/out")               # what a run can make
+    with pytest.raises(Invalid):
+        storage.open_for_download(org, "vol", "out/secret.bin")
 
 
-def test_delete_removes_a_link_itself_and_never_through_a_swapped_in_one(
-        volume_with_links, monkeypatch):
+def test_delete_removes_a_link_itself_and_never_goes_through_one(volume_with_links):
     org, root, outside = volume_with_links
-    storage.delete(org, "vol", "ckpt/latest.bin")
-    assert not os.path.lexists(f"{root}/ckpt/latest.bin")
-    assert os.path.exists(f"{root}/ckpt/step-100.bin")
-    _swap_after_check(monkeypatch, root, outside)
-    with pytest.raises((Invalid, NotFound)):
-        storage.delete(org, "vol", "ckpt/secret.bin")
+    os.symlink(str(outside), f"{root}/out")
+    with pytest.raises(Invalid):
+        storage.delete(org, "vol", "out/secret.bin")
     assert (outside / "secret.bin").read_bytes() == b"not yours"
+    storage.delete(org, "vol", "ckpt/latest.bin")
+    storage.delete(org, "vol", "out")                     # a link out can be cleaned up
+    assert not os.path.lexists(f"{root}/ckpt/latest.bin") and not os.path.lexists(f"{root}/out")
+    assert os.path.exists(f"{root}/ckpt/step-100.bin") and (outside / "secret.bin").exists()
+
+
+def test_listings_show_files_and_folders_only_and_never_go_through_a_link(volume_with_links):
+    org, root, outside = volume_with_links
+    os.symlink(str(outside), f"{root}/out")
+    _, entries = storage.list_path(org, "vol", "ckpt")
+    assert [e.path for e in entries] == ["ckpt/step-100.bin"]
+    _, everything = storage.list_path(org, "vol", "", recursive=True)
+    assert [e.path for e in everything] == ["ckpt/step-100.bin"]
+    with pytest.raises(Invalid):
+        storage.list_path(org, "vol", "out")
+    with pytest.raises(Invalid):
+        storage.list_path(org, "vol", "out/secret.bin")

@@ -8,9 +8,20 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass, field
 
-MAX_READ = 64 * 1024 * 1024
+# What one reconciler cycle reads of one run: a run that floods its file
+# delays only its own settling, never the cycle every org's runs share.
+CYCLE_BUDGET = 1024 * 1024
+# A line longer than this is malformed; a run keeps at most MAX_KEYS keys,
+# each at most MAX_KEY_CHARS, and strings of at most MAX_STRING_CHARS, so
+# that its JSON stays small whatever it writes.
+MAX_LINE = 64 * 1024
+MAX_KEYS = 1000
+MAX_KEY_CHARS = 128
+MAX_STRING_CHARS = 1024
 
 
 @dataclass
@@ -19,38 +30,66 @@ class MetricsRead:
     points: int = 0
     malformed: int = 0
     offset: int = 0
+    # Whether the read reached the file's end.
+    caught_up: bool = True
 
 
 def _usable(value) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)
-    return isinstance(value, (int, str, bool))
+    if isinstance(value, str):
+        return len(value) <= MAX_STRING_CHARS
+    return isinstance(value, (int, bool))
 
 
-def read_metrics(path: str, state: MetricsRead, final: bool = False) -> MetricsRead:
-    """Adds what the file holds past state.offset; a last line without its
-    newline waits for the next read unless the run has ended (`final`)."""
+def _open_regular(path: str) -> int | None:
+    """The run can write its metrics file, so it is opened without following
+    a link or waiting on a FIFO, and used only if it is a regular file."""
     try:
-        with open(path, "rb") as f:
-            f.seek(state.offset)
-            data = f.read(MAX_READ)
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def read_metrics(path: str, state: MetricsRead, final: bool = False,
+                 budget: int = CYCLE_BUDGET) -> MetricsRead:
+    """Adds at most `budget` bytes of what the file holds past state.offset;
+    a last line without its newline waits for the next read unless the run
+    has ended (`final`) and the read reached the file's end."""
+    fd = _open_regular(path)
+    if fd is None:
         return state
-    end = len(data) if final else data.rfind(b"\n") + 1
+    try:
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, budget, state.offset)
+    finally:
+        os.close(fd)
+    state.caught_up = state.offset + len(data) >= size
+    end = len(data) if final and state.caught_up else data.rfind(b"\n") + 1
+    if end == 0 and len(data) == budget:
+        end = len(data)   # one line longer than a whole read: malformed, skipped
     for line in data[:end].splitlines():
-        if not line.strip():
-            continue
-        try:
-            point = json.loads(line)
-        except ValueError:
-            state.malformed += 1
-            continue
-        if not isinstance(point, dict):
-            state.malformed += 1
-            continue
-        state.points += 1
-        for key, value in point.items():
-            if isinstance(key, str) and _usable(value):
-                state.last[key] = value
+        if line.strip():
+            _add_point(state, line)
     state.offset += end
     return state
+
+
+def _add_point(state: MetricsRead, line: bytes) -> None:
+    try:
+        point = json.loads(line) if len(line) <= MAX_LINE else None
+    except ValueError:
+        point = None
+    if not isinstance(point, dict):
+        state.malformed += 1
+        return
+    state.points += 1
+    for key, value in point.items():
+        if len(key) > MAX_KEY_CHARS or not _usable(value):
+            continue
+        if key in state.last or len(state.last) < MAX_KEYS:
+            state.last[key] = value

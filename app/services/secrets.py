@@ -126,6 +126,20 @@ def log_masker(run: Run) -> Masker:
                   if run.secrets_sealed else [])
 
 
+def masked_metrics(run: Run, metrics: dict) -> dict:
+    """A run's metrics with a secret's value in a key or a value as ***, as
+    in its log: a run can write what it was given to $DIV_METRICS too."""
+    if not run.secrets_sealed:
+        return metrics
+    masker = log_masker(run)
+
+    def masked(value):
+        text = str(value).encode()
+        hidden, _ = masker.mask(text, final=True)
+        return value if hidden == text else hidden.decode(errors="replace")
+    return {masked(key): masked(value) for key, value in metrics.items()}
+
+
 def rotate(new_key: bool) -> int:
     """Re-encrypts every secret (and every run's sealed values) under the
     first key. With `new_key` (keys kept in instance/secrets_key) a fresh key

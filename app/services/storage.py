@@ -26,7 +26,7 @@ from app.extensions import db
 from app.models import Org, Volume
 from app.services.errors import Conflict, Invalid, NotFound, ServiceError, Unavailable
 from app.services.volumes import (check_volume_name, data_path, ensure_volume, org_dir,
-                                  volume_dir)
+                                  trees_dir, volume_dir)
 
 MAX_FILE_BYTES = 256 * 1000 * 1000   # the guide: at most 256 MB a file
 MAX_FILE_SECONDS = 300               # and 5 minutes to upload it
@@ -67,130 +67,204 @@ def clean_path(path: object, allow_root: bool = True) -> str:
     return "/".join(parts)
 
 
-def _inside(root: str, path: str) -> bool:
-    return path == root or path.startswith(root + os.sep)
+class VolumeFolders:
+    """A volume's folders, opened a component at a time with O_NOFOLLOW
+    relative to the folder above, from the volume's own descriptor: no
+    server-side open, stat, list or delete in a volume ever follows a link,
+    even one a run swaps in between a check and the use. The descriptors
+    are kept for the request, so 10,000 files in 100 folders open 100."""
 
+    FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
-class Resolver:
-    """Resolves many paths of one volume, each checked to stay inside it. The
-    real path of each parent folder is worked out once, so that a plan or a
-    bundle of 10,000 files in 100 folders costs 100 realpath calls, not
-    10,000."""
+    def __init__(self, root: str):
+        self._fds = {"": os.open(root, self.FLAGS)}
 
-    def __init__(self, org: Org, volume: str):
-        self.root = os.path.realpath(volume_dir(org, volume))
-        if not os.path.isdir(data_path("share")):
-            raise Unavailable("the share is not available (not mounted?); "
-                              "nothing already stored was lost")
-        if not os.path.isdir(self.root):
-            raise NotFound(f"no volume named {volume!r}")
-        self._parents: dict[str, str] = {}
-
-    def __call__(self, path: object, allow_root: bool = True) -> str:
-        rel = clean_path(path, allow_root)
-        if not rel:
-            return self.root
+    def folder(self, rel: str, create: bool = False) -> int:
+        fd = self._fds.get(rel)
+        if fd is not None:
+            return fd
         parent_rel, _, name = rel.rpartition("/")
-        parent = self._parents.get(parent_rel)
-        if parent is None:
-            parent = os.path.realpath(os.path.join(self.root, parent_rel))
-            self._parents[parent_rel] = parent
-        target = os.path.join(parent, name)
-        if os.path.islink(target):
-            target = os.path.realpath(target)
-        if not _inside(self.root, target):
-            raise Invalid(f"{rel!r} leads out of the volume (a symlink)")
-        return os.path.join(self.root, rel)
+        parent = self.folder(parent_rel, create)
+        if create:
+            try:
+                os.mkdir(name, dir_fd=parent)
+            except FileExistsError:
+                pass
+        try:
+            fd = os.open(name, self.FLAGS, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise Invalid(f"{rel!r} is a symlink or a file, not a folder of the volume; "
+                              "links in a volume are never followed") from None
+            if exc.errno == errno.ENOENT:
+                raise NotFound(f"no {rel!r} in the volume") from None
+            raise
+        self._fds[rel] = fd
+        return fd
+
+    def lstat(self, rel: str) -> os.stat_result | None:
+        """The entry itself (a link is a link), or None if there is none."""
+        if not rel:
+            return os.fstat(self._fds[""])
+        parent_rel, _, name = rel.rpartition("/")
+        try:
+            return os.stat(name, dir_fd=self.folder(parent_rel), follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def open_file(self, rel: str) -> tuple[int, os.stat_result] | None:
+        """A regular file opened for reading, or None: O_NOFOLLOW so a link is
+        refused, O_NONBLOCK so a FIFO a run made cannot hang the server, and
+        the type checked on the open descriptor (no FIFOs, devices, links)."""
+        parent_rel, _, name = rel.rpartition("/")
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=self.folder(parent_rel))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, NotFound):
+            return None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO):
+                return None
+            raise
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            return None
+        return fd, info
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
 
 
-def resolve(org: Org, volume: str, path: object, allow_root: bool = True) -> tuple[str, str]:
-    """(volume folder, absolute path) for a path inside an existing volume.
-    A symlink on the share that leads out of the volume is refused."""
-    resolver = Resolver(org, volume)
-    return resolver.root, resolver(path, allow_root)
+@contextlib.contextmanager
+def folders_closed(folders: VolumeFolders):
+    try:
+        yield folders
+    finally:
+        folders.close()
 
 
-def _entry(root: str, path: str, st: os.stat_result) -> Entry:
-    kind = "dir" if stat.S_ISDIR(st.st_mode) else "file"
-    return Entry(os.path.relpath(path, root).replace(os.sep, "/") if path != root else "",
-                 kind, st.st_size if kind == "file" else 0, st.st_mtime)
+def open_volume(org: Org, volume: str) -> VolumeFolders:
+    """The volume's folders, from its own descriptor. The share, the org's
+    folder and the volume's are made by the server alone (runs see only
+    inside volumes), so the path up to the volume holds no link of theirs."""
+    if not os.path.isdir(data_path("share")):
+        raise Unavailable("the share is not available (not mounted?); "
+                          "nothing already stored was lost")
+    try:
+        return VolumeFolders(volume_dir(org, volume))
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotFound(f"no volume named {volume!r}") from None
 
 
-def _walk_files(root: str, top: str):
-    """Regular files under `top`, not following symlinks."""
+def _entry(rel: str, st: os.stat_result) -> Entry | None:
+    """A file or folder as listed; anything else (links, FIFOs, devices) is
+    left out."""
+    if stat.S_ISDIR(st.st_mode):
+        return Entry(rel, "dir", 0, st.st_mtime)
+    if stat.S_ISREG(st.st_mode):
+        return Entry(rel, "file", st.st_size, st.st_mtime)
+    return None
+
+
+def _children(fd: int, rel: str):
+    """(name, relative path, stat) of what is in the open folder `fd`, each
+    stat'ed relative to it without following links."""
+    for name in os.listdir(fd):
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue   # gone since it was listed
+        yield name, f"{rel}/{name}" if rel else name, st
+
+
+def _walk_files(folders: VolumeFolders, top: str):
+    """Regular files under the folder `top`, opened by descriptor all the way."""
     stack = [top]
     while stack:
         folder = stack.pop()
-        with os.scandir(folder) as it:
-            for item in it:
-                if item.is_dir(follow_symlinks=False):
-                    stack.append(item.path)
-                elif item.is_file(follow_symlinks=False):
-                    yield _entry(root, item.path, item.stat(follow_symlinks=False))
+        try:
+            fd = folders.folder(folder)
+        except (Invalid, NotFound):
+            continue   # swapped for a link or gone while walking: not followed
+        for _, rel, st in _children(fd, folder):
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(rel)
+            elif stat.S_ISREG(st.st_mode):
+                yield _entry(rel, st)
 
 
 def list_path(org: Org, volume: str, path: str, recursive: bool = False) -> tuple[Entry, list[Entry]]:
     """The entry at `path` and what is in it: its children, or with
     `recursive` every file below it."""
-    root, target = resolve(org, volume, path)
-    try:
-        st = os.stat(target)
-    except FileNotFoundError:
-        raise NotFound(f"no {clean_path(path)!r} in {volume}") from None
-    top = _entry(root, target, st)
-    if top.type == "file":
-        return top, [top]
-    if recursive:
-        return top, sorted(_walk_files(root, target), key=lambda e: e.path)
-    children = []
-    with os.scandir(target) as it:
-        for item in it:
-            if item.is_symlink():
-                continue
-            children.append(_entry(root, item.path, item.stat(follow_symlinks=False)))
-    return top, sorted(children, key=lambda e: e.path)
+    rel = clean_path(path)
+    with folders_closed(open_volume(org, volume)) as folders:
+        st = folders.lstat(rel)
+        top = _entry(rel, st) if st is not None else None
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise Invalid(f"{rel!r} is a symlink; links in a volume are never followed")
+        if top is None:
+            raise NotFound(f"no {rel!r} in {volume}")
+        if top.type == "file":
+            return top, [top]
+        if recursive:
+            return top, sorted(_walk_files(folders, rel), key=lambda e: e.path)
+        children = [_entry(child, st) for _, child, st in _children(folders.folder(rel), rel)]
+        return top, sorted((c for c in children if c), key=lambda e: e.path)
 
 
 def volume_summaries(org: Org) -> list[dict]:
     rows = db.session.execute(db.select(Volume).filter_by(org_id=org.id).order_by(Volume.name))
     summaries = []
     for volume in rows.scalars():
-        root = volume_dir(org, volume.name)
-        files = list(_walk_files(root, root)) if os.path.isdir(root) else []
+        try:
+            with folders_closed(open_volume(org, volume.name)) as folders:
+                files = list(_walk_files(folders, ""))
+        except NotFound:
+            files = []
         summaries.append({"name": volume.name, "size": sum(f.size for f in files),
                           "files": len(files), "created_at": volume.created_at.isoformat()})
     return summaries
 
 
-def _cached_hash(path: str, st: os.stat_result) -> str | None:
+def _cached_hash(fd: int, st: os.stat_result) -> str | None:
     try:
-        mtime, size, sha = os.getxattr(path, HASH_XATTR).decode().split()
+        mtime, size, sha = os.getxattr(fd, HASH_XATTR).decode().split()
     except (OSError, ValueError):
         return None
     return sha if (int(mtime), int(size)) == (st.st_mtime_ns, st.st_size) else None
 
 
-def _remember_hash(file: str | int, sha: str) -> None:
-    """Keeps the hash with the size and mtime it is true for; `file` is a
-    path or an open descriptor. A rename keeps both."""
-    st = os.stat(file)
+def _remember_hash(fd: int, sha: str) -> None:
+    """Keeps the hash with the size and mtime it is true for, on the open
+    file. A rename keeps both."""
+    st = os.fstat(fd)
     try:
-        os.setxattr(file, HASH_XATTR, f"{st.st_mtime_ns} {st.st_size} {sha}".encode())
+        os.setxattr(fd, HASH_XATTR, f"{st.st_mtime_ns} {st.st_size} {sha}".encode())
     except OSError:
         pass   # a share without user xattrs: the file is hashed when asked
 
 
-def stored_hash(path: str) -> str:
-    st = os.stat(path)
-    sha = _cached_hash(path, st)
+def _stored_hash(fd: int, st: os.stat_result) -> str:
+    sha = _cached_hash(fd, st)
     if sha is None:
         digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(CHUNK):
-                digest.update(chunk)
+        while chunk := os.read(fd, CHUNK):
+            digest.update(chunk)
         sha = digest.hexdigest()
-        _remember_hash(path, sha)
+        _remember_hash(fd, sha)
     return sha
+
+
+def _refuse_code_tree(org: Org, volume: str, rel: str) -> None:
+    """Code trees are immutable once stored: no upload lands inside one."""
+    parts = rel.split("/")
+    if len(parts) >= 2 and parts[0] == "code" and \
+            os.path.isdir(os.path.join(trees_dir(org), volume, parts[1])):
+        raise Conflict(f"{rel}: code/{parts[1]} is uploaded code, which is never changed "
+                       "(div run uploads a new tree when the code changes)")
 
 
 def files_to_send(org: Org, volume: str, files: object) -> list[str]:
@@ -200,21 +274,31 @@ def files_to_send(org: Org, volume: str, files: object) -> list[str]:
         raise Invalid("files must be a list of {path, size, sha256}")
     ensure_volume(org, check_volume_name(volume))
     db.session.commit()
-    resolve_path = Resolver(org, volume)
     wanted = []
-    for item in files:
-        if not isinstance(item, dict):
-            raise Invalid("files must be a list of {path, size, sha256}")
-        target = resolve_path(item.get("path"), allow_root=False)
-        try:
-            st = os.stat(target)
-        except FileNotFoundError:
-            wanted.append(item["path"])
-            continue
-        if not stat.S_ISREG(st.st_mode) or st.st_size != item.get("size") \
-                or stored_hash(target) != item.get("sha256"):
-            wanted.append(item["path"])
+    with folders_closed(open_volume(org, volume)) as folders:
+        for item in files:
+            if not isinstance(item, dict):
+                raise Invalid("files must be a list of {path, size, sha256}")
+            rel = clean_path(item.get("path"), allow_root=False)
+            _refuse_code_tree(org, volume, rel)
+            if not _already_there(folders, rel, item):
+                wanted.append(item["path"])
     return wanted
+
+
+def _already_there(folders: VolumeFolders, rel: str, item: dict) -> bool:
+    try:
+        opened = folders.open_file(rel)
+    except Invalid:
+        raise Invalid(f"{rel!r} leads through a symlink; links in a volume are never followed") \
+            from None
+    if opened is None:
+        return False
+    fd, st = opened
+    try:
+        return st.st_size == item.get("size") and _stored_hash(fd, st) == item.get("sha256")
+    finally:
+        os.close(fd)
 
 
 def _share_errors(action):
@@ -272,45 +356,6 @@ def receive_verified(folder: str, stream, length: int | None, sha256: str) -> st
         raise
 
 
-class VolumeFolders:
-    """Folders of one volume opened a component at a time with O_NOFOLLOW,
-    relative to the folder above: a write never follows a symlink, even one
-    a run swaps in between a check and the write. The descriptors are kept
-    for the request, so 10,000 files in 100 folders open 100 folders."""
-
-    FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-    def __init__(self, root: str):
-        self._fds = {"": os.open(root, self.FLAGS)}
-
-    def folder(self, rel: str, create: bool) -> int:
-        fd = self._fds.get(rel)
-        if fd is not None:
-            return fd
-        parent_rel, _, name = rel.rpartition("/")
-        parent = self.folder(parent_rel, create)
-        if create:
-            try:
-                os.mkdir(name, dir_fd=parent)
-            except FileExistsError:
-                pass
-        try:
-            fd = os.open(name, self.FLAGS, dir_fd=parent)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise Invalid(f"{rel!r} is a symlink or a file, not a folder of the volume") from None
-            if exc.errno == errno.ENOENT:
-                raise NotFound(f"no {rel!r} in the volume") from None
-            raise
-        self._fds[rel] = fd
-        return fd
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-
-
 def _place(folders: VolumeFolders, path: str, temp: str) -> None:
     """Renames the verified temporary file to `path`, never through a link."""
     parent_rel, _, name = path.rpartition("/")
@@ -323,28 +368,24 @@ def _place(folders: VolumeFolders, path: str, temp: str) -> None:
     os.replace(temp, name, dst_dir_fd=parent)   # replaces a link itself, never its target
 
 
-@contextlib.contextmanager
-def folders_closed(folders: VolumeFolders):
+def _store_verified(org: Org, folders: VolumeFolders, volume: str, path: str, stream,
+                    length: int | None, sha256: str) -> None:
+    rel = clean_path(path, allow_root=False)
+    _refuse_code_tree(org, volume, rel)
+    folders.folder(rel.rpartition("/")[0], create=True)   # a link refused before a byte is read
+    temp = receive_verified(uploads_dir(org), stream, length, sha256)
     try:
-        yield folders
+        _place(folders, rel, temp)
     finally:
-        folders.close()
+        if os.path.exists(temp):
+            os.unlink(temp)
 
 
 def store_file(org: Org, volume: str, path: str, stream, length: int | None,
                sha256: str) -> None:
-    resolve_path = Resolver(org, volume)
-    path = clean_path(path, allow_root=False)
-    resolve_path(path)   # refuse before reading a byte
-
     def action():
-        with folders_closed(VolumeFolders(resolve_path.root)) as folders:
-            temp = receive_verified(uploads_dir(org), stream, length, sha256)
-            try:
-                _place(folders, path, temp)
-            finally:
-                if os.path.exists(temp):
-                    os.unlink(temp)
+        with folders_closed(open_volume(org, volume)) as folders:
+            _store_verified(org, folders, volume, path, stream, length, sha256)
     _share_errors(action)
 
 
@@ -354,7 +395,7 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
     first (tarfile's stream mode reads the socket 10 KB at a time), then each
     member is checked and renamed into place on its own, so a bundle cut
     short leaves whole files only."""
-    resolve_path = Resolver(org, volume)
+    open_volume(org, volume).close()
     if length is None or length > MAX_BUNDLE_BYTES:
         raise Invalid("a bundle needs a Content-Length of at most 64 MB")
     chunks, received = [], 0
@@ -366,21 +407,14 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
         raise Invalid(f"the bundle ended after {len(data)} of {length} bytes")
 
     def action():
-        stored, uploads = 0, uploads_dir(org)
-        with folders_closed(VolumeFolders(resolve_path.root)) as folders, \
+        stored = 0
+        with folders_closed(open_volume(org, volume)) as folders, \
                 tarfile.open(fileobj=io.BytesIO(data), mode="r:") as bundle:
             for member in bundle:
                 if not member.isfile():
                     raise Invalid(f"{member.name}: a bundle holds regular files only")
-                path = clean_path(member.name, allow_root=False)
-                resolve_path(path, allow_root=False)
-                temp = receive_verified(uploads, bundle.extractfile(member), member.size,
-                                member.pax_headers.get("DIV.sha256", ""))
-                try:
-                    _place(folders, path, temp)
-                finally:
-                    if os.path.exists(temp):
-                        os.unlink(temp)
+                _store_verified(org, folders, volume, member.name, bundle.extractfile(member),
+                                member.size, member.pax_headers.get("DIV.sha256", ""))
                 stored += 1
         return stored
     try:
@@ -389,56 +423,30 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
         raise Invalid(f"not a tar bundle: {exc}") from None
 
 
-def _real_parts(org: Org, volume: str, path: str, follow_last: bool) -> tuple[str, str, str]:
-    """(volume folder, parent, name) of a path with its symlinks resolved
-    (the last one only with `follow_last`), the parent relative to the
-    volume. Opening these through VolumeFolders then follows no link at
-    all, so a link swapped in after this check is refused."""
-    root, target = resolve(org, volume, path, allow_root=False)
-    folder, name = os.path.split(target)
-    real = os.path.realpath(target) if follow_last else os.path.join(os.path.realpath(folder), name)
-    if not _inside(root, real) or real == root:
-        raise Invalid(f"{clean_path(path)!r} leads out of the volume (a symlink)")
-    parent_rel, _, name = os.path.relpath(real, root).replace(os.sep, "/").rpartition("/")
-    return root, parent_rel, name
-
-
 def open_for_download(org: Org, volume: str, path: str):
-    """A file of the volume opened for reading, and its stat. Opened through
-    the volume's folder descriptors with O_NOFOLLOW, so a symlink a run swaps
-    in after the path was checked is refused, not followed; O_NONBLOCK, so a
-    FIFO a run made cannot hang the server."""
-    root, parent_rel, name = _real_parts(org, volume, path, follow_last=True)
-    missing = NotFound(f"no file {clean_path(path)!r} in {volume}")
-    with folders_closed(VolumeFolders(root)) as folders:
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=folders.folder(parent_rel, create=False))
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            raise missing from None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise missing from None
-            raise
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise missing
+    """A regular file of the volume opened for reading, and its stat, through
+    the volume's folder descriptors (VolumeFolders.open_file): a link or a
+    FIFO a run made is a 404, never followed or waited on."""
+    rel = clean_path(path, allow_root=False)
+    with folders_closed(open_volume(org, volume)) as folders:
+        opened = folders.open_file(rel)
+    if opened is None:
+        raise NotFound(f"no file {rel!r} in {volume}")
+    fd, info = opened
     return os.fdopen(fd, "rb"), info
 
 
 def delete(org: Org, volume: str, path: str) -> None:
-    """Deletes a file, link or folder, relative to its parent's descriptor:
-    never through a symlink swapped in after the check. A link is deleted
-    itself, not what it points to."""
-    root, parent_rel, name = _real_parts(org, volume, path, follow_last=False)
-    with folders_closed(VolumeFolders(root)) as folders:
-        parent = folders.folder(parent_rel, create=False)
-        try:
-            mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
-        except FileNotFoundError:
-            raise NotFound(f"no {clean_path(path)!r} in {volume}") from None
-        if stat.S_ISDIR(mode):
+    """Deletes a file, link or folder relative to its parent's descriptor,
+    never through a link: a link is deleted itself, wherever it points."""
+    rel = clean_path(path, allow_root=False)
+    parent_rel, _, name = rel.rpartition("/")
+    with folders_closed(open_volume(org, volume)) as folders:
+        parent = folders.folder(parent_rel)
+        st = folders.lstat(rel)
+        if st is None:
+            raise NotFound(f"no {rel!r} in {volume}")
+        if stat.S_ISDIR(st.st_mode):
             shutil.rmtree(name, dir_fd=parent)
         else:
             os.unlink(name, dir_fd=parent)
