@@ -8,6 +8,7 @@ import secrets
 from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
+from app import security_headers
 from app.config import Config
 from app.extensions import csrf, db, htmx, migrate
 from app.instance_files import instance_secret
@@ -34,6 +35,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     if app.config["DIV_PROXY_HOPS"]:
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=app.config["DIV_PROXY_HOPS"])
     db.init_app(app)
+    security_headers.init_app(app)
     csrf.init_app(app)
     htmx.init_app(app)
     migrate.init_app(app, db, directory=os.path.join(os.path.dirname(__file__), "..", "migrations"))

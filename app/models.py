@@ -64,6 +64,9 @@ class User(db.Model):
     password_hash: Mapped[str | None] = mapped_column(sa.String(255))
     role: Mapped[str] = mapped_column(sa.String(16), default="member")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # A dashboard session carries the epoch it began in; signing out or a
+    # new password moves it on, so every earlier session cookie stops working.
+    session_epoch: Mapped[int] = mapped_column(default=0, server_default="0")
 
     org = relationship("Org", back_populates="users")
     api_keys = relationship("ApiKey", back_populates="user")

@@ -10,7 +10,11 @@ import time
 
 import click
 
-from cli.api import ApiClient, ApiUnreachable
+from cli.api import ApiClient, ApiError, ApiUnreachable
+
+# The server's answers when it follows as many logs as it will at once
+# (app/services/follow_slots.py): wait and try again, as for a lost API.
+BUSY = (429, 503)
 
 # How long to keep trying when the API goes away mid-run (a server restart).
 RECONNECT_SECONDS = 300
@@ -94,11 +98,13 @@ def follow(api: ApiClient, name: str, follow_to_end: bool = True) -> dict | None
                         return None
                     log.end_line()
                     return event
-        except ApiUnreachable as exc:
+        except (ApiUnreachable, ApiError) as exc:
+            if isinstance(exc, ApiError) and exc.status not in BUSY:
+                raise
             lost_since = lost_since or time.monotonic()
             if time.monotonic() - lost_since > RECONNECT_SECONDS:
                 waiting.clear()
                 raise click.ClickException(
                     f"{exc}; the run goes on: div logs {name} -f") from None
             waiting.show(f"{name}: {exc}; reconnecting")
-            time.sleep(1)
+            time.sleep(5 if isinstance(exc, ApiError) else 1)

@@ -32,13 +32,16 @@ def slurm_cluster():
 
 
 @pytest.fixture(scope="session")
-def sshd(tmp_path_factory):
-    """A real OpenSSH server on 127.0.0.1 with throwaway keys."""
-    base = tmp_path_factory.mktemp("sshd")
+def sshd():
+    """A real OpenSSH server on 127.0.0.1 with throwaway keys, which the
+    service user (who runs admin commands) can read."""
+    from tests.stack import SERVICE_USER, service_folder
+    base = service_folder("div-sshd-")
     host_key, user_key = base / "host_key", base / "user_key"
     for key in (host_key, user_key):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     (base / "authorized_keys").write_text((base / "user_key.pub").read_text())
+    shutil.chown(user_key, SERVICE_USER, SERVICE_USER)
     port = _free_port()
     config = base / "sshd_config"
     config.write_text(
@@ -58,6 +61,7 @@ def sshd(tmp_path_factory):
            "known_hosts": str(base / "known_hosts")}
     proc.terminate()
     proc.wait(10)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", params=["local", "ssh"])

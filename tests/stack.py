@@ -19,6 +19,18 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 SERVICES = ROOT / "scripts" / "services"
+# Who the server, the reconciler and admin commands run as (scripts/services).
+SERVICE_USER = os.environ.get("DIV_SERVICE_USER", "divergent")
+
+
+def service_folder(prefix: str) -> Path:
+    """A new folder under /tmp that the service user owns: for files the
+    server or an admin command reads or writes (pytest's own folders are
+    root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o711)
+    shutil.chown(folder, SERVICE_USER, SERVICE_USER)
+    return folder
 
 
 def fresh_postgres_database(admin_url: str, name: str) -> str:
@@ -47,6 +59,13 @@ class Stack:
     @property
     def data_dir(self) -> Path:
         return self.base / "data"
+
+    def private_folder(self, name: str) -> Path:
+        """A folder of the service user's in the stack, for site and price files."""
+        folder = self.base / name
+        folder.mkdir(exist_ok=True)
+        shutil.chown(folder, SERVICE_USER, SERVICE_USER)
+        return folder
 
     @property
     def server_log(self) -> Path:
@@ -129,8 +148,7 @@ class Stack:
 def start_stack(port: int, postgres_admin_url: str) -> Stack:
     """The stack in a folder of its own under /tmp: the service user it runs
     as must reach it, and pytest's own folders are root's alone."""
-    base = Path(tempfile.mkdtemp(prefix="div-stack-"))
-    base.chmod(0o711)
+    base = service_folder("div-stack-")
     stack = Stack(base, port, fresh_postgres_database(postgres_admin_url, "divergent_e2e"))
     (base / "home").mkdir(parents=True, exist_ok=True)
     stack.flask("db", "upgrade")

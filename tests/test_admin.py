@@ -28,8 +28,8 @@ def test_orgs_users_and_usage_at_a_glance(stack, project):
     stack.flask("org-limit", "e2e", "none")
 
 
-def test_the_site_maps_gpu_types_and_the_server_follows(stack, project, tmp_path):
-    site_file = tmp_path / "site.toml"
+def test_the_site_maps_gpu_types_and_the_server_follows(stack, project):
+    site_file = stack.private_folder("site-maps") / "site.toml"
     env = {"DIV_SITE_FILE": str(site_file)}
     bad = stack.flask("site", "--partition", "h100=no such", check=False, env=env)
     assert bad.returncode == 1 and "is not a Slurm name" in bad.stderr
@@ -42,10 +42,9 @@ def test_the_site_maps_gpu_types_and_the_server_follows(stack, project, tmp_path
     assert "BAD partitions and GPUs: no partition named gpu-h100" in doctor.stdout
 
 
-def test_the_doctor_checks_the_ssh_transport_it_is_configured_with(stack, project, sshd,
-                                                                     tmp_path):
+def test_the_doctor_checks_the_ssh_transport_it_is_configured_with(stack, project, sshd):
     (stack.data_dir / "share").mkdir(exist_ok=True)     # as the first volume makes it
-    site_file = tmp_path / "site.toml"
+    site_file = stack.private_folder("site-ssh") / "site.toml"
     env = {"DIV_SITE_FILE": str(site_file)}
     stack.flask("site", "--transport", "ssh", "--ssh-host", sshd["host"], "--ssh-user",
                 sshd["user"], "--ssh-key", sshd["key_path"], "--ssh-port", str(sshd["port"]),

@@ -329,7 +329,7 @@ def test_the_reconciler_can_restart_at_any_time(stack, project):
 
 
 def test_dev_bootstrap_writes_a_working_env_file_and_keeps_its_key(stack, project, tmp_path):
-    env_file = tmp_path / ".div-dev.env"
+    env_file = stack.private_folder("bootstrap") / ".div-dev.env"
     first = stack.flask("dev-bootstrap", "--env-file", str(env_file), "--api-url", stack.url)
     assert oct(env_file.stat().st_mode & 0o777) == "0o600"
     values = dict(line.split("=", 1) for line in env_file.read_text().split())

@@ -170,13 +170,19 @@ def _from(address: str, port: int, key: str) -> http.client.HTTPResponse:
     return answer
 
 
-def test_wrong_keys_are_slowed_per_address_and_logged(stack):
+def test_wrong_keys_are_slowed_per_key_and_never_lock_out_a_right_one(stack):
     good = stack.tokens["e2e"]
+    prefix = good[:good.index("_", 4)]                      # div_<id>, shown in `div keys ls`
     attacker = "127.0.0.23"
-    codes = [_from(attacker, stack.port, f"div_{i:012x}_guess").status for i in range(10)]
+    codes = [_from(attacker, stack.port, f"{prefix}_guess{i}").status for i in range(10)]
     assert codes == [401] * 10
-    throttled = _from(attacker, stack.port, good)              # even the right key, now
-    assert throttled.status == 429 and int(throttled.getheader("Retry-After")) > 200
-    assert _from("127.0.0.24", stack.port, good).status == 200    # others are not slowed
+    slowed = _from(attacker, stack.port, f"{prefix}_guess10")
+    assert slowed.status == 429 and int(slowed.getheader("Retry-After")) > 200
+    made_up = [_from(attacker, stack.port, f"div_{i:012x}_guess").status for i in range(11)]
+    assert made_up == [401] * 10 + [429]                    # made-up keys: per address
+    # The right key is served all the same, from that address and any other.
+    assert _from(attacker, stack.port, good).status == 200
+    assert _from("127.0.0.24", stack.port, good).status == 200
     log = stack.server_log.read_text()
-    assert "auth: a wrong API key (div_000000000009) from address 127.0.0.23 (10 in the window)" in log
+    assert (f"auth: a wrong API key ({prefix}) from address 127.0.0.23 "
+            f"(key {prefix}: 10 in the window)") in log

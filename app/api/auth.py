@@ -1,6 +1,6 @@
 """Bearer-token auth for the API: the CLI sends its key as
-`Authorization: Bearer div_…`. Wrong keys are counted per client address
-and slowed (app/services/throttle.py)."""
+`Authorization: Bearer div_…`. A right key is always served; wrong ones are
+counted per key prefix and slowed (app/services/throttle.py)."""
 from __future__ import annotations
 
 from functools import wraps
@@ -20,11 +20,12 @@ def token_required(view):
         key = key.strip()
         if scheme.lower() != "bearer" or not key:
             return error_response(401, "invalid or missing API key")
-        address = throttle.subjects()
-        throttle.check(address)
         row = api_key_for(key)
         if row is None:
-            throttle.record_failure(address, f"a wrong API key ({key_prefix(key)})")
+            prefix = key_prefix(key)
+            subject = throttle.key_subject(prefix, request.remote_addr)
+            throttle.check([subject])
+            throttle.record_failure(subject, f"a wrong API key ({prefix})", request.remote_addr)
             return error_response(401, "invalid or missing API key")
         g.user, g.api_key = row.user, row
         return view(*args, **kwargs)

@@ -27,6 +27,7 @@ def code_tree():
 @bp.put("/code/blobs/<sha>")
 @token_required
 def code_blob(sha: str):
+    request.max_content_length = None   # streamed, within the storage limits
     if request.content_length is None:
         raise Invalid("send the blob with a Content-Length")
     store_blob(g.user.org, sha, request.stream, request.content_length)

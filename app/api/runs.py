@@ -8,7 +8,9 @@ from flask import Response, g, jsonify, request, stream_with_context
 from app.api import bp
 from app.api.auth import token_required
 from app.extensions import db
-from app.models import Run
+from app.models import ApiKey, Run
+from app.request_args import int_arg
+from app.services.follow_slots import take_follower_slot
 from app.services.logs import STREAMS, log_events
 from app.services.run_text import header_line, summary_line, waiting_text
 from app.services.secrets import log_masker
@@ -26,7 +28,7 @@ def runs_create():
 @bp.get("/runs")
 @token_required
 def runs_list():
-    runs = list_runs(g.user.org, limit=request.args.get("limit", 20, type=int),
+    runs = list_runs(g.user.org, limit=int_arg("limit", 20, minimum=1),
                      project=request.args.get("project"))
     return jsonify(runs=[run_json(run) for run in runs])
 
@@ -52,9 +54,9 @@ def runs_logs(name: str):
     """NDJSON events (app/services/logs.py). ?stdout=&stderr= are the byte
     offsets to start from; ?follow=1 streams until the run ends."""
     run = find_run(g.user.org, name)
-    run_id, state = run.id, run_dir(g.user.org, run.name)
+    run_id, state, key_id = run.id, run_dir(g.user.org, run.name), g.api_key.id
     masker = log_masker(run)
-    offsets = {s: request.args.get(s, 0, type=int) for s in STREAMS}
+    offsets = {s: int_arg(s, 0) for s in STREAMS}
     follow = request.args.get("follow", "") in ("1", "true")
 
     def fresh_run() -> Run:
@@ -65,6 +67,8 @@ def runs_logs(name: str):
 
     def poll_run():
         current = fresh_run()
+        if db.session.get(ApiKey, key_id).revoked_at is not None:
+            raise KeyRevoked   # the stream ends within a status poll of the revocation
         event = {"event": "status", "status": current.status, "waiting": waiting_text(current)}
         ended = current.status not in LIVE
         db.session.rollback()
@@ -77,8 +81,19 @@ def runs_logs(name: str):
         return event
 
     def lines():
-        for event in log_events(state, offsets, follow, poll_run, end_event, masker):
-            yield json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"
+        try:
+            for event in log_events(state, offsets, follow, poll_run, end_event, masker):
+                yield json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"
+        except KeyRevoked:
+            db.session.rollback()
 
-    return Response(stream_with_context(lines()), mimetype="application/x-ndjson",
-                    headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    give_back = take_follower_slot(run.org_id) if follow else None
+    response = Response(stream_with_context(lines()), mimetype="application/x-ndjson",
+                        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    if give_back is not None:
+        response.call_on_close(give_back)
+    return response
+
+
+class KeyRevoked(Exception):
+    """The key a stream was opened with was revoked while it streamed."""

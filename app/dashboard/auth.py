@@ -4,6 +4,7 @@ SameSite=Lax, Secure where configured), CSRF on every form and HTMX request
 (Flask-WTF)."""
 from __future__ import annotations
 
+import re
 from functools import wraps
 
 from flask import g, redirect, render_template, request, session, url_for
@@ -16,10 +17,23 @@ from app.services.errors import Forbidden
 from app.services.passwords import user_for_password
 
 
+# Where sign-in may send the browser: a path of this site, printable ASCII
+# with no backslash, never `//host` (browsers drop tabs and newlines, so
+# `/\t/evil.example` would be one).
+LOCAL_PATH = re.compile(r"/(?![/\\])[\x21-\x5b\x5d-\x7e]*")
+
+
+def signed_in_user() -> User | None:
+    user = db.session.get(User, session["user_id"]) if "user_id" in session else None
+    if user is None or session.get("epoch") != user.session_epoch:
+        return None
+    return user
+
+
 def login_required(view):
     @wraps(view)
     def wrapper(*args, **kwargs):
-        user = db.session.get(User, session["user_id"]) if "user_id" in session else None
+        user = signed_in_user()
         if user is None:
             return redirect(url_for("dashboard.login", next=request.path))
         g.user = user
@@ -43,27 +57,32 @@ def login():
     error, status = None, 200
     if request.method == "POST":
         username = request.form.get("username", "")[:64]
-        subjects = throttle.subjects(username)
+        subject = throttle.user_subject(username)
         try:
-            throttle.check(subjects)
+            throttle.check([subject])
         except throttle.Throttled as exc:
             return render_template("login.html", error=exc.message), 429, exc.headers
         user = user_for_password(username, request.form.get("password", ""))
         if user is None:
-            throttle.record_failure(subjects, "a wrong password")
+            throttle.record_failure(subject, "a wrong password", request.remote_addr)
         else:
             throttle.forget_user(username)
             session.clear()   # a new session on sign-in: no fixation
-            session["user_id"] = user.id
+            session["user_id"], session["epoch"] = user.id, user.session_epoch
             target = request.args.get("next", "")
             # Only paths of this site: never an open redirect.
-            return redirect(target if target.startswith("/") and not target.startswith("//")
-                            else url_for("dashboard.runs"))
+            return redirect(target if LOCAL_PATH.fullmatch(target) else url_for("dashboard.runs"))
         error, status = "Wrong username or password.", 401
     return render_template("login.html", error=error), status
 
 
 @bp.post("/logout")
 def logout():
+    """Ends this session and every other one of the user's: a copied
+    cookie stops working too."""
+    user = signed_in_user()
+    if user is not None:
+        user.session_epoch += 1
+        db.session.commit()
     session.clear()
     return redirect(url_for("dashboard.login"))

@@ -9,6 +9,7 @@ import os
 from flask import g, render_template, request
 
 from app.dashboard import bp
+from app.request_args import int_arg
 from app.dashboard.auth import login_required
 from app.services.logs import STREAMS, read_new, utf8_prefix
 from app.services.masking import Masker
@@ -68,7 +69,7 @@ def run_log(name: str):
     """New log bytes from ?stdout=&stderr= on, appended to the page's log,
     and the next poll (none once the run has ended and all is shown)."""
     run = find_run(g.user.org, name)
-    offsets = {s: max(0, request.args.get(s, 0, type=int)) for s in STREAMS}
+    offsets = {s: int_arg(s, 0) for s in STREAMS}
     ended = run.status not in LIVE
     chunks, offsets = log_since(run_dir(g.user.org, run.name), log_masker(run), offsets,
                                 final=ended)
@@ -82,7 +83,7 @@ def run_log_earlier(name: str):
     """The window of each stream before ?stdout=&stderr=: put above the log
     by HTMX, or a page of its own with JavaScript off."""
     run = find_run(g.user.org, name)
-    ends = {s: request.args.get(s, 0, type=int) for s in STREAMS}
+    ends = {s: int_arg(s, 0) for s in STREAMS}
     chunks, starts, _ = log_window(run_dir(g.user.org, run.name), log_masker(run), ends)
     template = "_log_earlier_swap.html" if request.headers.get("HX-Request") else "log_earlier.html"
     return render_template(template, run=run, chunks=chunks, starts=starts)

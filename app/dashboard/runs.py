@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from flask import flash, g, redirect, render_template, request, url_for
 
 from app.dashboard import bp
+from app.request_args import int_arg
 from app.dashboard.auth import login_required
 from app.models import RUN_STATUSES
 from app.services.run_text import format_duration, hardware, header_line, summary_line
@@ -30,7 +31,7 @@ def timestamp_filter(epoch: float) -> str:
 @login_required
 def runs():
     filters = {key: request.args.get(key) or None for key in ("project", "status", "gpu")}
-    page, next_cursor = page_of_runs(g.user.org, before=request.args.get("before", type=int),
+    page, next_cursor = page_of_runs(g.user.org, before=int_arg("before", None),
                                      **filters)
     next_url = None if next_cursor is None else url_for(
         "dashboard.runs", before=next_cursor, **{k: v for k, v in filters.items() if v})

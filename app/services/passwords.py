@@ -11,6 +11,7 @@ def set_password(user: User, password: str) -> None:
     if len(password) < 12:
         raise ValueError("a password needs at least 12 characters")
     user.password_hash = generate_password_hash(password, method="scrypt")
+    user.session_epoch = (user.session_epoch or 0) + 1   # signed in with the old one: no more
     db.session.commit()
 
 

@@ -1,19 +1,22 @@
 """Slows brute force on API keys and passwords: failures are counted per
-subject (a client address, a username) in the database, so every worker of
-every server process counts the same. After `DIV_AUTH_MAX_FAILURES` failures
-within `DIV_AUTH_WINDOW` seconds, that subject's attempts are answered 429
-until the window has passed, the right key or password included. Each
-failure is logged with the subject and its count."""
+subject in the database, so every worker of every server process counts the
+same. A wrong key counts against the key it names (its prefix; a token that
+names none, against the client's address), a wrong password against its
+username. After `DIV_AUTH_MAX_FAILURES` failures within `DIV_AUTH_WINDOW`
+seconds, that subject's wrong attempts are answered 429 until the window has
+passed. A right key is always served, so nobody's failures (on a shared
+login node, say) lock anyone else out. Each failure is logged with the
+subject, the address and the count."""
 from __future__ import annotations
 
 from datetime import timedelta
 
 import sqlalchemy as sa
-from flask import current_app, request
+from flask import current_app
 from sqlalchemy.exc import IntegrityError
 
 from app.extensions import db
-from app.models import AuthFailure, utcnow
+from app.models import ApiKey, AuthFailure, utcnow
 from app.services.errors import ServiceError
 
 
@@ -25,14 +28,15 @@ class Throttled(ServiceError):
         self.headers = {"Retry-After": str(seconds)}
 
 
-def subjects(username: str | None = None) -> list[str]:
-    """What a failure is counted against: the client's address, and for a
-    password the username too."""
-    found = [f"address {request.remote_addr}"]
-    return found + [_user(username)] if username is not None else found
+def key_subject(prefix: str | None, address: str | None) -> str:
+    """A wrong key counts against the key its prefix names; made-up prefixes
+    (which would each make a row) count against the address they come from."""
+    known = prefix is not None and db.session.execute(
+        sa.select(ApiKey.id).filter_by(prefix=prefix)).first() is not None
+    return f"key {prefix}" if known else f"address {address}"
 
 
-def _user(username: str) -> str:
+def user_subject(username: str) -> str:
     return f"user {username}"
 
 
@@ -52,10 +56,10 @@ def check(subjects: list[str]) -> None:
         raise Throttled(max(1, int((ends - now).total_seconds()) + 1))
 
 
-def record_failure(subjects: list[str], what: str) -> None:
-    for subject in subjects:
-        count = _count_one(subject)
-        current_app.logger.warning("auth: %s from %s (%d in the window)", what, subject, count)
+def record_failure(subject: str, what: str, address: str | None) -> None:
+    count = _count_one(subject)
+    current_app.logger.warning("auth: %s from address %s (%s: %d in the window)",
+                               what, address, subject, count)
 
 
 def _count_one(subject: str) -> int:
@@ -80,5 +84,5 @@ def _count_one(subject: str) -> int:
 
 def forget_user(username: str) -> None:
     """After a right password: that user's count starts again."""
-    db.session.execute(sa.delete(AuthFailure).where(AuthFailure.subject == _user(username)))
+    db.session.execute(sa.delete(AuthFailure).where(AuthFailure.subject == user_subject(username)))
     db.session.commit()

@@ -24,8 +24,8 @@ def month_bounds(month: str | None = None) -> tuple[datetime, datetime, str]:
     else:
         try:
             year, number = (int(part) for part in month.split("-"))
-            datetime(year, number, 1)
-        except ValueError:
+            datetime(year + 1, number, 1)   # the month after must exist too
+        except (ValueError, OverflowError):
             raise Invalid(f"month {month!r}: use YYYY-MM") from None
     start = datetime(year, number, 1, tzinfo=timezone.utc)
     end = datetime(year + (number == 12), number % 12 + 1, 1, tzinfo=timezone.utc)
