@@ -167,19 +167,22 @@ def _fetch(api: ApiClient, volume: str, entry: dict, local: Path, progress: Prog
 @storage.command("get")
 @click.argument("volume", callback=_volume)
 @click.argument("path", default="")
-@click.argument("dest", required=False, type=click.Path(path_type=Path))
+@click.argument("dest", required=False)
 @pass_api
-def get(api: ApiClient, volume: str, path: str, dest: Path | None) -> None:
+def get(api: ApiClient, volume: str, path: str, dest: str | None) -> None:
     """Download PATH from VOLUME: a folder into a local folder of the same
-    name (or DEST), a file likewise. Files already complete are skipped and
-    an interrupted download resumes where it stopped. No size limit."""
+    name (or DEST), a file likewise (into DEST when DEST is a folder or ends
+    in /). Files already complete are skipped and an interrupted download
+    resumes where it stopped. No size limit."""
     answer = api.get(f"/volumes/{volume}/ls", {"path": path, "recursive": "1"})
     top = answer["entry"]
     name = top["path"].rsplit("/", 1)[-1] or volume
-    dest = dest or Path(name)
     if top["type"] == "file":
+        into_folder = dest is not None and (dest.endswith("/") or Path(dest).is_dir())
+        dest = Path(dest) / name if into_folder else Path(dest or name)
         jobs = [(answer["entries"][0], dest)]
     else:
+        dest = Path(dest or name)
         prefix = top["path"] + "/" if top["path"] else ""
         jobs = [(e, dest / e["path"][len(prefix):]) for e in answer["entries"]]
     progress = Progress("get", sum(e["size"] for e, _ in jobs))

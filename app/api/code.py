@@ -5,6 +5,7 @@ from flask import g, jsonify, request
 
 from app.api import bp
 from app.api.auth import token_required
+from app.request_args import STREAMED
 from app.services.code import MissingBlobs, lay_out_tree, parse_manifest, store_blob
 from app.services.errors import Invalid
 from app.services.volumes import check_volume_name
@@ -27,7 +28,7 @@ def code_tree():
 @bp.put("/code/blobs/<sha>")
 @token_required
 def code_blob(sha: str):
-    request.max_content_length = None   # streamed, within the storage limits
+    request.max_content_length = STREAMED   # read within the storage limits
     if request.content_length is None:
         raise Invalid("send the blob with a Content-Length")
     store_blob(g.user.org, sha, request.stream, request.content_length)

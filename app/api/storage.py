@@ -6,6 +6,7 @@ from flask import g, jsonify, request
 
 from app.api import bp
 from app.api.auth import token_required
+from app.request_args import STREAMED
 from app.downloads import send_volume_file
 from app.services.errors import Invalid
 from app.services.storage import (delete, delete_volume, files_to_send, list_path,
@@ -46,7 +47,7 @@ def volumes_plan(volume: str):
 @bp.put("/volumes/<volume>/files")
 @token_required
 def volumes_put_file(volume: str):
-    request.max_content_length = None   # streamed, within the storage limits
+    request.max_content_length = STREAMED   # read within the storage limits
     sha = request.headers.get("X-Div-Sha256", "")
     if request.content_length is None:
         raise Invalid("send the file with a Content-Length")
@@ -58,7 +59,7 @@ def volumes_put_file(volume: str):
 @bp.post("/volumes/<volume>/bundle")
 @token_required
 def volumes_put_bundle(volume: str):
-    request.max_content_length = None   # read within MAX_BUNDLE_BYTES
+    request.max_content_length = STREAMED   # read within MAX_BUNDLE_BYTES
     stored = store_bundle(g.user.org, check_volume_name(volume), request.stream,
                           request.content_length)
     return jsonify(stored=stored), 201

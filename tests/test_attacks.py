@@ -1,0 +1,338 @@
+"""Attacks on isolation, as an ordinary org member would make them, against
+the real server, reconciler and dev cluster: one test per attack class, each
+asserting that the attack fails and that nothing on the host changed.
+test_identity.py and test_storage.py keep the first isolation tests."""
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import re
+import secrets
+import stat
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from app.services.code import FileEntry, tree_hash
+from tests.stack import ROOT, SERVICE_USER
+
+
+def _canary(name: str) -> Path:
+    """Where a payload that ran outside a sandbox would leave its mark: the
+    node's own /tmp (a run's /tmp is a tmpfs of its own)."""
+    return Path("/tmp") / f"div-canary-{name}-{secrets.token_hex(4)}"
+
+
+def _run(stack, project, *args, org="e2e", timeout=120):
+    done = stack.div("run", "--gpu", "cpu", *args, cwd=project, org=org, timeout=timeout)
+    return done, done.stdout.decode(), done.stderr.decode()
+
+
+def test_reserved_env_and_secret_names_are_refused_and_env_reaches_only_the_sandbox(
+        stack, project):
+    for flag in ("--env", "--secret"):
+        for name in ("BASH_ENV", "ENV", "SLURM_JOB_ID", "SLURM_OVERLAP", "DIV_RUN", "MASTER_PORT"):
+            value = f"{name}=x" if flag == "--env" else name
+            refused = stack.div("run", "--gpu", "cpu", "--no-upload", flag, value, "--", "true",
+                                cwd=project)
+            assert refused.returncode == 2 and b"reserved" in refused.stderr, (flag, name)
+    for name in ("BASH_ENV", "SLURM_JOBID", "BASH_FUNC_x", "div_state"):
+        assert stack.api("PUT", f"/secrets/{name}", json={"value": "x"}).status_code == 400
+        body = {"project": "p", "command": "true", "env": {name: "x"}}
+        answer = stack.api("POST", "/runs", json=body)
+        assert answer.status_code == 400 and "reserved" in answer.json()["error"], name
+        schedule = stack.api("POST", "/schedules", json={"cron": "0 3 * * *", "name": "evil",
+                                                         "run": body})
+        assert schedule.status_code == 400, name
+
+    # PATH is the run's own: fake scontrol, cp, srun, rm... on the share
+    # never run outside the sandbox, however the run's PATH names them.
+    canary = _canary("path")
+    fakes = "scontrol cp srun rm mktemp find awk basename cat head bash bwrap sh env"
+    made = _run(stack, project, "--no-upload", "--", "mkdir -p /mnt/evil-bin/bin && "
+                f"for f in {fakes}; do printf '#!/bin/sh\\ntouch {canary}\\n' "
+                "> /mnt/evil-bin/bin/$f; chmod +x /mnt/evil-bin/bin/$f; done")[0]
+    assert made.returncode == 0, made.stderr
+    bin_dir = stack.data_dir / "share/e2e/evil-bin/bin"
+    secret = f"$(touch {canary}); `touch {canary}`'\"; touch {canary} #"
+    assert stack.div("secrets", "set", "INJECTED", cwd=project,
+                     input=secret.encode()).returncode == 0
+    done, out, err = _run(stack, project, "--no-upload", "--name", "path-hijack",
+                          "--env", f"PATH={bin_dir}:/usr/bin:/bin",
+                          "--env", f"LD_PRELOAD={bin_dir}/none.so", "--env",
+                          f"X=$(touch {canary})", "--secret", "INJECTED", "--",
+                          'echo "path=$PATH"; echo "x=$X"; echo "s=$INJECTED"')
+    assert done.returncode == 0, err
+    assert f"path={bin_dir}:/usr/bin:/bin\n" in out           # in effect inside, and only there
+    assert f"x=$(touch {canary})\n" in out and "s=***\n" in out
+    assert not canary.exists()
+    script = (stack.data_dir / "runs/e2e/path-hijack/batch.sh").read_text()
+    assert "export PATH=/usr/local/sbin:" in script and f"export PATH={bin_dir}" not in script
+
+
+def test_code_trees_are_the_servers_alone_and_immutable(stack, project):
+    (project / "train.py").write_text("print('original code')\n")
+    first = stack.div("run", "--gpu", "cpu", "--json", "train.py", cwd=project)
+    assert first.returncode == 0, first.stderr
+    ref = json.loads(first.stdout)["code"]
+    volume, _, name = ref.partition("/code/")
+    # A run cannot change a stored tree: /mnt/<volume>/code is read-only.
+    done, out, err = _run(stack, project, "--no-upload", "--",
+                          f"echo hacked > /mnt/{ref}/train.py; rm -rf /mnt/{ref}; "
+                          f"mv /mnt/{volume}/code /mnt/{volume}/old; "
+                          f"ln -s /etc /mnt/{volume}/code/cafebabe; "
+                          # a link a run makes where no tree is yet
+                          f"mkdir -p /mnt/evil-code/code && ln -s {ROOT}/instance "
+                          "/mnt/evil-code/code/cafebabe && ln -s /etc /mnt/evil-code/code/deadbeef;"
+                          f"cat /mnt/{ref}/train.py")
+    assert "print('original code')" in out and err.count("Read-only file system") >= 3, err
+    # Nor can the storage API write into one.
+    body = b"print('hacked')\n"
+    put = stack.api("PUT", f"/volumes/{volume}/files", params={"path": f"code/{name}/train.py"},
+                    data=body, headers={"X-Div-Sha256": hashlib.sha256(body).hexdigest()})
+    assert put.status_code == 409 and "never changed" in put.json()["error"]
+    plan = stack.api("POST", f"/volumes/{volume}/plan",
+                     json={"files": [{"path": f"code/{name}/x.py", "size": 1, "sha256": "0" * 64}]})
+    assert plan.status_code == 409
+    # A code reference to what a run made is no code at all.
+    for planted in ("evil-code/code/cafebabe", "evil-code/code/deadbeef"):
+        answer = stack.api("POST", "/runs", json={"project": "p", "command": "ls /workspace",
+                                                  "gpu": "cpu", "code": planted})
+        assert answer.status_code == 404, answer.text
+    again = stack.div("run", "--gpu", "cpu", "train.py", cwd=project)
+    assert again.returncode == 0 and again.stdout == b"original code\n"
+
+    # A marker planted where the server once kept them (a dangling link, a
+    # FIFO) leads the server nowhere.
+    (project / "train.py").write_text("print('fresh volume')\n")
+    entry = FileEntry("train.py", hashlib.sha256(b"print('fresh volume')\n").hexdigest(), 22, False)
+    hash8 = tree_hash([entry])[:8]
+    canary = _canary("marker")
+    planted = _run(stack, project, "--no-upload", "--",
+                   f"mkdir -p /mnt/fresh-code/code && ln -s {canary} "
+                   f"/mnt/fresh-code/code/.{hash8}.tree && mkfifo /mnt/fresh-code/code/.x.tree")[0]
+    assert planted.returncode == 0, planted.stderr
+    fresh = stack.div("run", "--gpu", "cpu", "--volume", "fresh-code", "train.py", cwd=project,
+                      timeout=60)
+    assert fresh.returncode == 0 and fresh.stdout == b"fresh volume\n", fresh.stderr
+    assert not canary.exists() and not os.path.lexists(canary)
+
+
+def test_root_in_the_sandbox_is_nobody_on_the_node(stack, project):
+    sysrq = Path("/proc/sys/kernel/sysrq").read_text()
+    done, out, err = _run(stack, project, "--no-upload", "--name", "tries-root", "--",
+                          "echo uid=$(id -u); grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; "
+                          "echo 1 > /proc/sys/kernel/sysrq && echo WROTE-SYSCTL; "
+                          "echo h > /proc/sysrq-trigger && echo WROTE-SYSRQ; "
+                          "echo 0 > /proc/sys/vm/overcommit_memory && echo WROTE-VM; true")
+    assert done.returncode == 0, err
+    assert "CapEff:\t0000000000000000" in out and "NoNewPrivs:\t1" in out
+    assert "WROTE" not in out and Path("/proc/sys/kernel/sysrq").read_text() == sysrq
+    assert "uid=0\n" not in out
+    job = stack.run_json("tries-root")["slurm_job_id"]
+    assert _sacct(job, "User") == SERVICE_USER                     # never root
+
+
+def _sacct(job: str, field: str) -> str:
+    return subprocess.run(["sacct", "-n", "-X", "-P", "-o", field, "-j", job],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_slurm_is_out_of_reach_and_each_job_has_its_own_master_port(stack, project):
+    other = stack.div("run", "--gpu", "cpu", "--no-upload", "--detach", "--name", "victim-job",
+                      "--", "sleep 30", cwd=project, org="other")
+    assert other.returncode == 0, other.stderr
+    victim = stack.run_json("victim-job", org="other")["slurm_job_id"]
+    done, out, err = _run(stack, project, "--no-upload", "--name", "pokes-slurm", "--",
+                          f"echo port=$MASTER_PORT; srun --jobid={victim} --overlap true "
+                          f"&& echo STEP-ADDED; scontrol show job {victim} && echo SAW-JOB; "
+                          "ls /etc/slurm /run/munge /etc/munge 2>&1; true")
+    assert done.returncode == 0, err
+    assert "STEP-ADDED" not in out and "SAW-JOB" not in out
+    assert set(_sacct_steps(victim)) <= {f"{victim}.batch", f"{victim}.0"}   # its own only
+    again = _run(stack, project, "--no-upload", "--", "echo port=$MASTER_PORT")[1]
+    ports = {re.search(r"port=(\d+)", text).group(1) for text in (out, again)}
+    assert len(ports) == 2                                          # per job, never one for all
+    stack.div("stop", "victim-job", cwd=project, org="other")
+
+
+def _sacct_steps(job: str) -> list[str]:
+    listed = subprocess.run(["sacct", "-n", "-P", "-o", "JobID", "-j", job], capture_output=True,
+                            text=True, check=True).stdout.split()
+    return [s for s in listed if s != job]
+
+
+def test_the_server_never_follows_a_link_or_waits_on_a_fifo_in_a_volume(stack, project):
+    made = _run(stack, project, "--no-upload", "--",
+                "mkdir -p /mnt/traps/real && echo mine > /mnt/traps/real/mine.txt && "
+                "mkfifo /mnt/traps/pipe && ln -s /etc /mnt/traps/etc && "
+                "ln -s /etc/passwd /mnt/traps/passwd && ln -s /etc/hostname /mnt/traps/real/host")[0]
+    assert made.returncode == 0, made.stderr
+    listed = stack.api("GET", "/volumes/traps/ls", params={"recursive": "1"}).json()["entries"]
+    assert [e["path"] for e in listed] == ["real/mine.txt"]
+    started = time.monotonic()
+    assert stack.api("GET", "/volumes/traps/files", params={"path": "pipe"}).status_code == 404
+    assert time.monotonic() - started < 5                          # no thread hangs on it
+    for path in ("passwd", "real/host"):
+        assert stack.api("GET", "/volumes/traps/files", params={"path": path}).status_code == 404
+    for route in ("/volumes/traps/ls", "/volumes/traps/files"):
+        assert stack.api("GET", route, params={"path": "etc/passwd"}).status_code == 400
+    passwd = Path("/etc/passwd").read_bytes()
+    assert stack.div("storage", "rm", "traps", "passwd", cwd=project).returncode == 0
+    assert stack.div("storage", "rm", "traps", "etc", cwd=project).returncode == 0
+    assert Path("/etc/passwd").read_bytes() == passwd and Path("/etc/hostname").exists()
+
+    # A run swaps a folder for a link to /etc while the server lists it.
+    racing = stack.div("run", "--gpu", "cpu", "--no-upload", "--detach", "--name", "swapper", "--",
+                       "mkdir -p /mnt/traps/d && touch /mnt/traps/d/ours; end=$((SECONDS+40)); "
+                       "while [ $SECONDS -lt $end ]; do mv /mnt/traps/d /mnt/traps/d2; "
+                       "ln -s /etc /mnt/traps/d; rm /mnt/traps/d; mv /mnt/traps/d2 /mnt/traps/d; done",
+                       cwd=project)
+    assert racing.returncode == 0, racing.stderr
+    stack.wait_for_status("swapper", "running")
+    seen = set()
+    for _ in range(300):
+        answer = stack.api("GET", "/volumes/traps/ls", params={"path": "d"})
+        if answer.status_code == 200:
+            seen.update(e["path"] for e in answer.json()["entries"])
+    stack.div("stop", "swapper", cwd=project)
+    assert seen <= {"d/ours"}, seen                               # never /etc's files
+
+
+def test_no_run_and_no_org_starves_the_others(stack, project):
+    # A run floods its metrics (40 MB, and 5,000 keys); another org's run
+    # settles all the same while the flood is still being read.
+    (project / "flood.py").write_text(
+        "import json, os\n"
+        "with open(os.environ['DIV_METRICS'], 'w') as f:\n"
+        "    f.write(json.dumps({f'k{i}': i for i in range(5000)}) + '\\n')\n"
+        "    f.writelines('{\"step\": %d, \"loss\": 0.5}\\n' % i for i in range(1600000))\n")
+    flood = stack.div("run", "--gpu", "cpu", "--detach", "--name", "floods", "flood.py",
+                      cwd=project, org="other")
+    assert flood.returncode == 0, flood.stderr
+    normal = stack.div("run", "--gpu", "cpu", "--no-upload", "--json", "--", "sleep 3", cwd=project)
+    assert normal.returncode == 0, normal.stderr
+    flooding = stack.run_json("floods", org="other")
+    assert flooding["metrics_points"] < 1600001                   # still being read
+    deadline = time.monotonic() + 120
+    while stack.run_json("floods", org="other")["status"] == "running" \
+            and time.monotonic() < deadline:
+        time.sleep(1)
+    flooded = stack.run_json("floods", org="other")
+    assert flooded["status"] == "succeeded" and flooded["metrics_points"] == 1600001
+    assert len(flooded["metrics"]) == 1000                        # keys capped
+
+    # Followers: an org that opens many streams gets 429s past its share,
+    # and everyone else, another org's followers included, is served.
+    assert stack.div("run", "--gpu", "cpu", "--no-upload", "--detach", "--name", "followed",
+                     "--", "sleep 60", cwd=project).returncode == 0
+    assert stack.div("run", "--gpu", "cpu", "--no-upload", "--detach", "--name", "theirs",
+                     "--", "sleep 60", cwd=project, org="other").returncode == 0
+    streams, statuses = [], []
+    for _ in range(40):
+        answer = requests.get(f"{stack.url}/api/v1/runs/followed/logs", stream=True, timeout=30,
+                              params={"follow": "1"},
+                              headers={"Authorization": f"Bearer {stack.tokens['e2e']}"})
+        statuses.append(answer.status_code)
+        streams.append(answer)
+    try:
+        assert statuses.count(429) >= 8 and set(statuses) <= {200, 429}, statuses
+        started = time.monotonic()
+        assert stack.api("GET", "/whoami").status_code == 200
+        assert time.monotonic() - started < 2
+        theirs = requests.get(f"{stack.url}/api/v1/runs/theirs/logs", stream=True, timeout=10,
+                              params={"follow": "1"},
+                              headers={"Authorization": f"Bearer {stack.tokens['other']}"})
+        assert theirs.status_code == 200
+        theirs.close()
+    finally:
+        for answer in streams:
+            answer.close()
+        stack.div("stop", "followed", cwd=project)
+        stack.div("stop", "theirs", cwd=project, org="other")
+
+
+def test_the_dashboard_and_api_behave_like_a_hardened_web_app(stack, project):
+    session = stack.dashboard_session("e2e-user", "hardened-test-password")
+    page = session.get(f"{stack.url}/")
+    assert page.headers["X-Frame-Options"] == "DENY"
+    assert page.headers["X-Content-Type-Options"] == "nosniff"
+    assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in page.headers["Content-Security-Policy"]
+    # Sign-in sends the browser to this site's paths only.
+    for target in ("/%09/evil.example", "//evil.example", "/\\evil.example", "https://evil.example",
+                   "/%0a/evil.example"):
+        fresh = requests.Session()
+        token = re.search(r'name="csrf-token" content="([^"]+)"',
+                          fresh.get(f"{stack.url}/login").text).group(1)
+        answer = fresh.post(f"{stack.url}/login?next={target}", allow_redirects=False, data={
+            "username": "e2e-user", "password": "hardened-test-password", "csrf_token": token})
+        assert answer.status_code == 302 and answer.headers["Location"] == "/", target
+    # A session ends on sign-out: a copied cookie stops working.
+    copied = dict(session.cookies)
+    token = re.search(r'name="csrf-token" content="([^"]+)"', page.text).group(1)
+    session.post(f"{stack.url}/logout", headers={"X-CSRFToken": token})
+    replay = requests.get(f"{stack.url}/", cookies=copied, allow_redirects=False)
+    assert replay.status_code == 302 and "/login" in replay.headers["Location"]
+    # And on a password change.
+    again = stack.dashboard_session("e2e-user", "hardened-test-password")
+    stack.flask("set-password", "e2e-user", "--password", "a-new-password-now")
+    assert again.get(f"{stack.url}/", allow_redirects=False).status_code == 302
+
+    # Bodies and parameters.
+    # A 30 MB JSON body is refused from its Content-Length, before a byte is read.
+    conn = http.client.HTTPConnection("127.0.0.1", stack.port, timeout=10)
+    conn.putrequest("POST", "/api/v1/runs")
+    for name, value in (("Authorization", f"Bearer {stack.tokens['e2e']}"),
+                        ("Content-Type", "application/json"), ("Content-Length", str(30 << 20))):
+        conn.putheader(name, value)
+    conn.endheaders()
+    assert conn.getresponse().status == 413
+    conn.close()
+    for path, params in (("/usage", {"month": "9999-12"}), ("/usage", {"month": "x"}),
+                         ("/runs", {"limit": "many"}), ("/runs", {"limit": "-1"})):
+        answer = stack.api("GET", path, params=params)
+        assert answer.status_code == 400 and answer.json()["error"], (path, params)
+
+    # A secret a run writes to its metrics is *** like in its log.
+    value = "metric-secret-" + secrets.token_hex(8)
+    assert stack.div("secrets", "set", "METRIC_LEAK", cwd=project,
+                     input=value.encode()).returncode == 0
+    done = stack.div("run", "--gpu", "cpu", "--no-upload", "--json", "--secret", "METRIC_LEAK",
+                     "--", 'echo "{\\"leak\\": \\"$METRIC_LEAK\\", \\"step\\": 1}" >> $DIV_METRICS',
+                     cwd=project)
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout)
+    assert run["metrics"] == {"leak": "***", "step": 1} and value not in done.stdout.decode()
+
+    # Revoking a key ends the streams open with it within seconds.
+    key = stack.div("keys", "create", "--name", "to-revoke", cwd=project).stdout.decode().strip()
+    assert stack.div("run", "--gpu", "cpu", "--no-upload", "--detach", "--name", "long-follow",
+                     "--", "sleep 60", cwd=project).returncode == 0
+    stream = requests.get(f"{stack.url}/api/v1/runs/long-follow/logs", stream=True, timeout=30,
+                          params={"follow": "1"}, headers={"Authorization": f"Bearer {key}"})
+    assert stream.status_code == 200
+    ended = threading.Event()
+
+    def read_to_end():
+        try:
+            for _ in stream.iter_lines():
+                pass
+        except requests.RequestException:
+            pass
+        ended.set()
+    threading.Thread(target=read_to_end, daemon=True).start()
+    assert stack.api("DELETE", f"/keys/{key[:key.index('_', 4)]}").status_code == 200
+    assert ended.wait(5)
+    stack.div("stop", "long-follow", cwd=project)
+
+    # The server's own files are its user's alone.
+    for path in (stack.server_log, ROOT / "instance" / "secret_key", ROOT / "instance" / "secrets_key"):
+        info = path.stat()
+        assert stat.S_IMODE(info.st_mode) & 0o077 == 0, path
+    assert stat.S_IMODE((ROOT / "instance").stat().st_mode) == 0o700
