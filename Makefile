@@ -1,7 +1,9 @@
 # `make up`: everything a developer needs, started. `make test`: the tests,
 # with what they need brought up first. `make down`: stop what `up` started.
 SHELL := /bin/bash
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# Debian's own Python first: the venv's interpreter must be one the service
+# user can run (a pyenv build under /root is root's alone).
+PYTHON ?= $(shell ls /usr/bin/python3.11 2>/dev/null || command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 export FLASK_APP := wsgi.py

@@ -45,11 +45,11 @@ class Config:
     DIV_AUTH_MAX_FAILURES = int(os.environ.get("DIV_AUTH_MAX_FAILURES", "10"))
     DIV_AUTH_WINDOW = int(os.environ.get("DIV_AUTH_WINDOW", "300"))
     # Log followers each hold a worker thread: at most this many a worker
-    # (of DIV_THREADS, 64), and this many of one org's a worker, so other
+    # (3/4 of DIV_THREADS, 128), and this many of one org's a worker, so other
     # requests and other orgs always find threads (app/services/follow_slots.py).
     DIV_FOLLOWERS_PER_WORKER = int(os.environ.get(
-        "DIV_FOLLOWERS_PER_WORKER", str(max(1, int(os.environ.get("DIV_THREADS", "64")) * 3 // 4))))
-    DIV_FOLLOWERS_PER_ORG = int(os.environ.get("DIV_FOLLOWERS_PER_ORG", "16"))
+        "DIV_FOLLOWERS_PER_WORKER", str(max(1, int(os.environ.get("DIV_THREADS", "128")) * 3 // 4))))
+    DIV_FOLLOWERS_PER_ORG = int(os.environ.get("DIV_FOLLOWERS_PER_ORG", "32"))
     # A JSON body (a manifest of 100,000 files is about 13 MB) is read whole;
     # files and bundles stream, with their own limits (app/services/storage.py).
     MAX_CONTENT_LENGTH = int(os.environ.get("DIV_MAX_JSON_BYTES", str(16 * 1024 * 1024)))

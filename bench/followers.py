@@ -1,9 +1,11 @@
 """Log followers against the rest of the API: the latency of GET /whoami
 and GET /runs (200 requests from 8 threads, each timing out after 5 s)
-while N followers (--followers, 500) hold `GET /runs/<name>/logs?follow=1`
-open, against the same with no followers (the baseline, measured first in
-the same run); and how many followers were held open, refused, or not
-answered at all.
+while N followers (--followers, 500, spread over --orgs orgs, 25) keep
+`GET /runs/<name>/logs?follow=1` open, against the same with no followers
+(the baseline, measured first in the same run); and how many followers
+were held open, refused, or not answered at all. A refused follower (429
+or 503: app/services/follow_slots.py) tries again after its Retry-After,
+as `div` does, so the refused keep knocking while the latency is measured.
 
 The server is the real one, started by scripts/services (gunicorn gthread,
 DIV_WORKERS x DIV_THREADS) on a free port, on a fresh database (SQLite in
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -50,14 +53,16 @@ def free_port() -> int:
 
 
 def flask(env: dict[str, str], *args: str) -> str:
-    return subprocess.run([str(ROOT / ".venv" / "bin" / "flask"), *args], cwd=ROOT, env=env,
+    """An admin command as the server runs it (the service user)."""
+    return subprocess.run([str(ROOT / "scripts" / "services"), "exec",
+                           str(ROOT / ".venv" / "bin" / "flask"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, check=True).stdout
 
 
-def live_run() -> None:
-    """The run the followers follow: running as far as anyone can tell."""
-    org = db.session.execute(db.select(Org).filter_by(name="bench")).scalar_one()
-    user = db.session.execute(db.select(User).filter_by(username="bench")).scalar_one()
+def live_run(org_name: str) -> None:
+    """The run an org's followers follow: running as far as anyone can tell."""
+    org = db.session.execute(db.select(Org).filter_by(name=org_name)).scalar_one()
+    user = db.session.execute(db.select(User).filter_by(username=org_name)).scalar_one()
     project = Project(org_id=org.id, name="bench")
     db.session.add(project)
     db.session.flush()
@@ -75,10 +80,11 @@ class Followers:
     """Threads that each open the log stream and read it until the server
     goes; `states` counts where each one is."""
 
-    def __init__(self, port: int, key: str):
-        self.port, self.key = port, key
+    def __init__(self, port: int):
+        self.port = port
         self.states = Counter()
         self.lock = threading.Lock()
+        self.stop = threading.Event()
 
     def move(self, old: str | None, new: str) -> str:
         with self.lock:
@@ -87,26 +93,36 @@ class Followers:
             self.states[new] += 1
         return new
 
-    def follow(self) -> None:
+    def follow(self, key: str) -> None:
         state = self.move(None, "waiting for an answer")
-        conn = http.client.HTTPConnection("127.0.0.1", self.port)
-        try:
-            conn.request("GET", f"/api/v1/runs/{RUN}/logs?follow=1",
-                         headers={"Authorization": f"Bearer {self.key}"})
-            response = conn.getresponse()
-            if response.status != 200:
-                self.move(state, f"HTTP {response.status}")
+        while not self.stop.is_set():
+            conn = http.client.HTTPConnection("127.0.0.1", self.port)
+            try:
+                conn.request("GET", f"/api/v1/runs/{RUN}/logs?follow=1",
+                             headers={"Authorization": f"Bearer {key}"})
+                response = conn.getresponse()
+                if response.status in (429, 503):   # no slot: again after Retry-After, as div
+                    state = self.move(state, f"refused ({response.status}), trying again")
+                    response.read()
+                    self.stop.wait(int(response.getheader("Retry-After", "5")))
+                    continue
+                if response.status != 200:
+                    self.move(state, f"HTTP {response.status}")
+                    return
+                state = self.move(state, "held open")
+                while response.readline():
+                    pass
+                self.move(state, "closed by the server")
                 return
-            state = self.move(state, "held open")
-            while response.readline():
-                pass
-            self.move(state, "closed by the server")
-        except OSError as exc:
-            self.move(state, type(exc).__name__)
+            except OSError as exc:
+                self.move(state, type(exc).__name__)
+                return
+            finally:
+                conn.close()
 
-    def start(self, n: int) -> None:
-        for _ in range(n):
-            threading.Thread(target=self.follow, daemon=True).start()
+    def start(self, keys: list[str], n: int) -> None:
+        for i in range(n):
+            threading.Thread(target=self.follow, args=(keys[i % len(keys)],), daemon=True).start()
 
 
 def latencies(port: int, key: str) -> tuple[list[float], Counter]:
@@ -149,27 +165,35 @@ def report(what: str, samples: list[float], outcomes: Counter) -> tuple[float, f
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--followers", type=int, default=500)
+    parser.add_argument("--orgs", type=int, default=25)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-followers-") as tmp:
+        # The server runs as the service user (scripts/services): the folder is its.
+        shutil.chown(tmp, os.environ.get("DIV_SERVICE_USER", "divergent"))
         app = bench_app(tmp)
         port = free_port()
         env = {**os.environ, "FLASK_APP": "wsgi.py", "PORT": str(port), "DIV_PID_DIR": tmp,
                "DATABASE_URL": app.config["SQLALCHEMY_DATABASE_URI"],
                "DIV_DATA_DIR": app.config["DIV_DATA_DIR"]}
         flask(env, "db", "upgrade")
-        flask(env, "create-org", "bench")
-        flask(env, "create-user", "bench", "bench")
-        key = flask(env, "create-key", "bench").strip()
+        keys = []
+        for n in range(args.orgs):
+            flask(env, "create-org", f"bench{n}")
+            flask(env, "create-user", f"bench{n}", f"bench{n}")
+            keys.append(flask(env, "create-key", f"bench{n}").strip())
+            with app.app_context():
+                live_run(f"bench{n}")
         with app.app_context():
-            live_run()
+            db.engine.dispose()   # nothing of root's left open on the database
+        key = keys[0]
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
         try:
             subprocess.run([str(ROOT / "scripts" / "services"), "start", "server"], env=env,
                            check=True, stdout=subprocess.DEVNULL)
             latencies(port, key)   # warm-up, not measured: the workers' first requests
             base50, base95 = report("0 followers", *latencies(port, key))
-            followers = Followers(port, key)
-            followers.start(args.followers)
+            followers = Followers(port)
+            followers.start(keys, args.followers)
             deadline = time.monotonic() + SETTLE_SECONDS
             while followers.states["waiting for an answer"] and time.monotonic() < deadline:
                 time.sleep(0.5)
@@ -180,6 +204,7 @@ def main() -> None:
                   f"p95 {p95 / base95:.0f}x{floor}")
             print("followers: " + ", ".join(f"{count} {state}" for state, count
                                             in sorted(followers.states.items()) if count))
+            followers.stop.set()
         finally:
             # The master and its workers killed at once: a graceful stop
             # would wait for the followers.

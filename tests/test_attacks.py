@@ -244,14 +244,14 @@ def test_no_run_and_no_org_starves_the_others(stack, project):
     assert stack.div("run", "--gpu", "cpu", "--no-upload", "--detach", "--name", "theirs",
                      "--", "sleep 60", cwd=project, org="other").returncode == 0
     streams, statuses = [], []
-    for _ in range(40):
+    for _ in range(70):   # the org's share: 32 a worker, 2 workers
         answer = requests.get(f"{stack.url}/api/v1/runs/followed/logs", stream=True, timeout=30,
                               params={"follow": "1"},
                               headers={"Authorization": f"Bearer {stack.tokens['e2e']}"})
         statuses.append(answer.status_code)
         streams.append(answer)
     try:
-        assert statuses.count(429) >= 8 and set(statuses) <= {200, 429}, statuses
+        assert statuses.count(429) >= 6 and set(statuses) <= {200, 429}, statuses
         started = time.monotonic()
         assert stack.api("GET", "/whoami").status_code == 200
         assert time.monotonic() - started < 2

@@ -70,6 +70,11 @@ def test_a_single_file_lands_under_its_name_and_get_skips_what_is_complete(stack
     assert first.returncode == second.returncode == 0
     assert "(1 already complete)" in second.stderr.decode()
     assert sha(tmp_path / "weights.bin") == sha(project / "weights.bin")
+    # Into a folder: one named with a trailing /, made if missing, or one that exists.
+    for dest in ("into/", "into"):
+        done = stack.div("storage", "get", "single", "weights.bin", dest, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert sha(tmp_path / "into" / "weights.bin") == sha(project / "weights.bin")
 
 
 def test_a_file_over_256_mb_is_refused_before_any_byte(stack, project):

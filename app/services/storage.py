@@ -453,10 +453,12 @@ def delete(org: Org, volume: str, path: str) -> None:
 
 
 def delete_volume(org: Org, volume: str) -> None:
+    """The volume, its folder and the code trees stored for it."""
     row = db.session.execute(db.select(Volume).filter_by(
         org_id=org.id, name=check_volume_name(volume))).scalar_one_or_none()
     if row is None:
         raise NotFound(f"no volume named {volume!r}")
     shutil.rmtree(volume_dir(org, volume), ignore_errors=True)
+    shutil.rmtree(os.path.join(trees_dir(org), volume), ignore_errors=True)
     db.session.delete(row)
     db.session.commit()
