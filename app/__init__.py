@@ -12,6 +12,7 @@ from app import security_headers
 from app.config import Config
 from app.extensions import csrf, db, htmx, migrate
 from app.instance_files import instance_secret
+from app.request_args import StrictJSONProvider
 
 
 def create_app(test_config: dict | None = None) -> Flask:
@@ -34,6 +35,7 @@ def create_app(test_config: dict | None = None) -> Flask:
 
     if app.config["DIV_PROXY_HOPS"]:
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=app.config["DIV_PROXY_HOPS"])
+    app.json = StrictJSONProvider(app)
     db.init_app(app)
     security_headers.init_app(app)
     csrf.init_app(app)

@@ -125,7 +125,12 @@ def reconcile_once() -> int:
         if record is None:
             continue   # just submitted: neither squeue nor sacct has it yet
         before = (run.status, run.pending_reason, run.elapsed_seconds)
-        settle(run, record, run_dir(orgs[run.org_id], run.name))
+        try:
+            settle(run, record, run_dir(orgs[run.org_id], run.name))
+        except Exception:   # what one run wrote never stops the cycle every org shares
+            log.exception("could not settle %s; it is tried again next cycle", run.name)
+            db.session.expire(run)
+            continue
         changed += before != (run.status, run.pending_reason, run.elapsed_seconds)
     db.session.flush()
     stop_orgs_at_their_limit(live, orgs)
@@ -157,6 +162,9 @@ def run_forever(interval: float, stop_after: float | None = None) -> None:
                 except (SlurmError, Unavailable) as exc:
                     db.session.rollback()
                     log.warning("Slurm did not answer: %s", exc)
+                except Exception:   # the reconciler keeps going for every org
+                    db.session.rollback()
+                    log.exception("a reconciler cycle failed; the next one tries again")
             elif acting:
                 log.warning("reconciler %s lost its lease", holder)
                 acting = False

@@ -1,9 +1,12 @@
 """What a request may send: query parameters read strictly (a bad one is a
-400 that says what is wrong, never a silent default or a 500), and the body
-limit of the views that stream their bodies."""
+400 that says what is wrong, never a silent default or a 500), JSON bodies
+whose strings are real text, and the body limit of the views that stream
+their bodies."""
 from __future__ import annotations
 
 from flask import request
+from flask.json.provider import DefaultJSONProvider
+from werkzeug.exceptions import BadRequest
 
 from app.services.errors import Invalid
 
@@ -17,6 +20,34 @@ def int_arg(name: str, default: int | None, minimum: int = 0) -> int | None:
     raw = request.args.get(name)
     if raw is None or raw == "":
         return default
-    if not raw.isdigit() or len(raw) > 18 or int(raw) < minimum:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18 or int(raw) < minimum:
         raise Invalid(f"?{name}= must be a whole number of at least {minimum}, not {raw[:40]!r}")
     return int(raw)
+
+
+class StrictJSONProvider(DefaultJSONProvider):
+    """Request bodies as JSON, refused (400) when nested too deep for the
+    parser or when a string holds a lone surrogate ("\\ud800"): such a string
+    can be neither written to a file, a batch script or the database as
+    UTF-8 nor shown, so it never gets past the request."""
+
+    def loads(self, s, **kwargs):
+        try:
+            value = super().loads(s, **kwargs)
+        except RecursionError:
+            raise BadRequest("the JSON body is nested too deeply") from None
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item)
+            elif isinstance(item, str):
+                try:
+                    item.encode()
+                except UnicodeEncodeError:
+                    raise BadRequest("the JSON body holds text that is not valid Unicode "
+                                     "(a lone surrogate)") from None
+        return value

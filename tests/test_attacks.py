@@ -346,3 +346,52 @@ def test_the_dashboard_and_api_behave_like_a_hardened_web_app(stack, project):
         info = path.stat()
         assert stat.S_IMODE(info.st_mode) & 0o077 == 0, path
     assert stat.S_IMODE((ROOT / "instance").stat().st_mode) == 0o700
+
+
+def test_no_metrics_line_request_or_volume_shape_takes_the_service_down(stack, project):
+    # Metrics the parser or the database cannot take: nested too deep for
+    # json, a lone surrogate in a run that has a secret to mask.
+    assert stack.div("secrets", "set", "POISON_MASK", cwd=project,
+                     input=b"mask-me-please").returncode == 0
+    poisoned = _run(stack, project, "--no-upload", "--json", "--secret", "POISON_MASK", "--",
+                    'echo \'{"a": 1}\' >> $DIV_METRICS; '
+                    'python3 -c "print(\'[\' * 50000)" >> $DIV_METRICS; '
+                    "printf '%s\\n' '{\"note\": \"\\ud800\", \"b\": 2}' >> $DIV_METRICS")
+    assert poisoned[0].returncode == 0, poisoned[2]
+    run = _run_document(poisoned[0].stdout)
+    assert run["metrics"] == {"a": 1, "b": 2} and run["metrics_malformed"] == 1
+    after = _run(stack, project, "--no-upload", "--", "echo still settling")
+    assert after[0].returncode == 0 and after[1] == "still settling\n"      # the reconciler lives
+
+    # Requests that once were 500s are 400s that say why.
+    surrogate = '"\\ud800"'
+    for method, path, body in (
+            ("PUT", "/secrets/A", '{"value": %s}' % surrogate),
+            ("POST", "/keys", '{"name": %s}' % surrogate),
+            ("POST", "/runs", '{"project": "p", "command": %s}' % surrogate),
+            ("POST", "/schedules", '{"cron": "* * * * *", "run": {"project": "p", '
+                                   '"command": "true", "env": {"A": %s}}}' % surrogate),
+            ("POST", "/runs", "[" * 100000),
+            ("POST", "/runs", '{"project": "p", "command": "true", "max_spend": "1e999999"}'),
+            ("POST", "/schedules", '{"cron": "0 0 31 2 *", "run": {"project": "p", '
+                                   '"command": "true"}}')):
+        answer = stack.api(method, path, data=body.encode(),
+                           headers={"Content-Type": "application/json"})
+        assert answer.status_code == 400 and answer.json()["error"], (path, body[:60], answer.text)
+    for params in ({"month": "0000-01"}, {"month": "2026-١١"}):
+        assert stack.api("GET", "/usage", params=params).status_code == 400
+    assert stack.api("GET", "/runs", params={"limit": "１"}).status_code == 400
+
+    # A volume of 21,000 folders: listings hold a bounded number of
+    # descriptors, so they (and everyone else's requests) still answer.
+    made = _run(stack, project, "--no-upload", "--",
+                "mkdir -p /mnt/many-folders/d && cd /mnt/many-folders/d && mkdir $(seq 0 20999) "
+                "&& touch 20999/last")[0]
+    assert made.returncode == 0, made.stderr
+    listed = stack.api("GET", "/volumes/many-folders/ls", params={"recursive": "1"})
+    assert listed.status_code == 200 and [e["path"] for e in listed.json()["entries"]] == [
+        "d/20999/last"]
+    assert stack.api("GET", "/volumes").status_code == 200
+    deep = stack.api("GET", "/volumes/many-folders/ls?path=" + "d/" * 1500)   # 1,500 deep
+    assert deep.status_code == 404 and deep.json()["error"]           # walked, not recursed
+    assert stack.div("storage", "rm", "many-folders", "--yes", cwd=project).returncode == 0

@@ -319,19 +319,21 @@ def test_the_cluster_page_is_for_site_admins_and_shows_slurms_gpus(app):
     assert "Slurm on this host" in page and "<td><code>h100</code></td>" in page
 
 
-def test_wrong_passwords_are_slowed_per_user(app):
+def test_wrong_passwords_are_slowed_per_user_and_address(app):
     def attempt(password, address, username="alice"):
         client = app.test_client()
         client.environ_base["REMOTE_ADDR"] = address
         return sign_in(client, username=username, password=password)
 
     for n in range(10):
-        assert attempt(f"guess number {n}", f"10.1.0.{n}").status_code == 401
-    # Ten addresses, one user: that user's sign-in waits, even with the password.
-    refused = attempt(PASSWORD, "10.1.0.99")
+        assert attempt(f"guess number {n}", "10.1.0.66").status_code == 401
+    # The guesser's address waits for that user, even with the password...
+    refused = attempt(PASSWORD, "10.1.0.66")
     assert refused.status_code == 429 and "too many failed attempts" in refused.get_data(as_text=True)
     assert int(refused.headers["Retry-After"]) > 200
-    assert attempt(PASSWORD, "10.1.0.99", username="bob").status_code == 302
+    # ...and nobody else does: the user elsewhere, another user there.
+    assert attempt(PASSWORD, "10.1.0.99").status_code == 302
+    assert attempt(PASSWORD, "10.1.0.66", username="bob").status_code == 302
 
 
 def test_site_admins_make_orgs_and_users_and_set_limits_and_prices(app, tmp_path):

@@ -65,7 +65,8 @@ def test_keys_from_the_environment_rotate_by_putting_a_new_one_first(app):
         values_for_run(user.org, ["TOKEN"])
 
 
-@pytest.mark.parametrize("name", ["DIV_RUN", "div_command", "SLURM_JOB_ID", "1ABC", "A-B", ""])
+@pytest.mark.parametrize("name", ["DIV_RUN", "div_command", "SLURM_JOB_ID", "BASH_ENV", "ENV",
+                                  "BASH_FUNC_f", "MASTER_PORT", "1ABC", "A-B", ""])
 def test_names_that_would_reach_into_the_script_are_refused(app, name):
     user = get_or_create_user(get_or_create_org("acme"), "alice")
     with pytest.raises(Invalid):
@@ -87,15 +88,16 @@ def test_the_throttle_counts_per_subject_and_forgets_after_the_window(app, caplo
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
             throttle.check(["address 10.0.0.1"])
-            throttle.record_failure(["address 10.0.0.1"], "a wrong API key")
+            throttle.record_failure("address 10.0.0.1", "a wrong API key", "10.0.0.1")
     with pytest.raises(throttle.Throttled) as refused:
         throttle.check(["address 10.0.0.1", "user alice"])
     assert 50 <= int(refused.value.headers["Retry-After"]) <= 61
     throttle.check(["address 10.0.0.2"])                          # another address: fine
-    assert "a wrong API key from address 10.0.0.1 (3 in the window)" in caplog.text
+    assert "a wrong API key from address 10.0.0.1 (address 10.0.0.1: 3 in the window)" \
+        in caplog.text
     row = db.session.get(AuthFailure, "address 10.0.0.1")
     row.window_start = row.window_start.replace(year=2020)        # the window has passed
     db.session.commit()
     throttle.check(["address 10.0.0.1"])
-    throttle.record_failure(["address 10.0.0.1"], "a wrong API key")
+    throttle.record_failure("address 10.0.0.1", "a wrong API key", "10.0.0.1")
     assert db.session.get(AuthFailure, "address 10.0.0.1").failures == 1

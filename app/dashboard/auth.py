@@ -57,7 +57,7 @@ def login():
     error, status = None, 200
     if request.method == "POST":
         username = request.form.get("username", "")[:64]
-        subject = throttle.user_subject(username)
+        subject = throttle.user_subject(username, request.remote_addr)
         try:
             throttle.check([subject])
         except throttle.Throttled as exc:
@@ -66,7 +66,7 @@ def login():
         if user is None:
             throttle.record_failure(subject, "a wrong password", request.remote_addr)
         else:
-            throttle.forget_user(username)
+            throttle.forget_user(username, request.remote_addr)
             session.clear()   # a new session on sign-in: no fixation
             session["user_id"], session["epoch"] = user.id, user.session_epoch
             target = request.args.get("next", "")

@@ -38,8 +38,18 @@ def _usable(value) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)
     if isinstance(value, str):
-        return len(value) <= MAX_STRING_CHARS
+        return len(value) <= MAX_STRING_CHARS and _encodable(value)
     return isinstance(value, (int, bool))
+
+
+def _encodable(text: str) -> bool:
+    """JSON can carry lone surrogates ("\\ud800"), which no UTF-8 column or
+    answer can: such a value is left out."""
+    try:
+        text.encode()
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def _open_regular(path: str) -> int | None:
@@ -82,14 +92,14 @@ def read_metrics(path: str, state: MetricsRead, final: bool = False,
 def _add_point(state: MetricsRead, line: bytes) -> None:
     try:
         point = json.loads(line) if len(line) <= MAX_LINE else None
-    except ValueError:
+    except (ValueError, RecursionError):   # RecursionError: [[[[… nested too deep
         point = None
     if not isinstance(point, dict):
         state.malformed += 1
         return
     state.points += 1
     for key, value in point.items():
-        if len(key) > MAX_KEY_CHARS or not _usable(value):
+        if len(key) > MAX_KEY_CHARS or not _encodable(key) or not _usable(value):
             continue
         if key in state.last or len(state.last) < MAX_KEYS:
             state.last[key] = value

@@ -39,14 +39,20 @@ class PriceTable:
                 + extra_gib * self.extra_gib_hour)
 
 
+# More than any price, limit or spend; "1e999999" is no amount.
+MAX_DOLLARS = 10**12
+
+
 def micros(text: str) -> int:
     """Dollars as written in the price file ("4.80") to micro-dollars."""
     try:
         amount = Decimal(str(text))
     except InvalidOperation:
         raise ValueError(f"{text!r} is not an amount in dollars") from None
-    if not amount.is_finite() or amount < 0 or amount.as_tuple().exponent < -6:
-        raise ValueError(f"{text!r}: a price is dollars, at least 0, at most 6 decimals")
+    if not amount.is_finite() or amount < 0 or amount.as_tuple().exponent < -6 \
+            or amount > MAX_DOLLARS:
+        raise ValueError(f"{str(text)[:40]!r}: an amount is dollars, at least 0, at most "
+                         f"{MAX_DOLLARS:,} with at most 6 decimals")
     return int(amount * MICROS)
 
 

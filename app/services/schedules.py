@@ -23,15 +23,18 @@ log = logging.getLogger("divergent.schedules")
 
 
 def _cron(text: object):
+    """The schedule's cron and its first time; a cron that never matches a
+    real date ("0 0 31 2 *") is refused with the rest."""
     try:
-        return parse_cron(text)
+        cron = parse_cron(text)
+        return cron, cron.next_after(utcnow())
     except CronError as exc:
         raise Invalid(f"cron: {exc}") from None
 
 
 def create_schedule(user: User, cron_text: object, run_request: object,
                     name: str | None = None) -> Schedule:
-    cron = _cron(cron_text)
+    cron, next_at = _cron(cron_text)
     req = parse_request(run_request)
     if req.name is not None:
         raise Invalid("a schedule's runs get names of their own: leave out --name")
@@ -42,7 +45,7 @@ def create_schedule(user: User, cron_text: object, run_request: object,
     if _find(user.org, name, missing_ok=True) is not None:
         raise Conflict(f"a schedule named {name} already exists")
     row = Schedule(org_id=user.org_id, user=user, name=name, cron=cron.text,
-                   request=run_request, next_at=cron.next_after(utcnow()))
+                   request=run_request, next_at=next_at)
     db.session.add(row)
     db.session.commit()
     return row
@@ -80,11 +83,16 @@ def fire_due(now: datetime | None = None) -> int:
         db.session.commit()
         try:
             run = create_run(row.user, parse_request(row.request))
-        except ServiceError as exc:
+        except Exception as exc:   # one schedule's failure never stops the others'
             db.session.rollback()
             row = db.session.get(Schedule, schedule_id)
-            row.last_run_name, row.last_error = None, exc.message
-            log.warning("schedule %s did not start a run: %s", row.name, exc.message)
+            if isinstance(exc, ServiceError):
+                row.last_error = exc.message
+            else:
+                log.exception("schedule %s failed", row.name)
+                row.last_error = "the run could not be started (see the reconciler's log)"
+            row.last_run_name = None
+            log.warning("schedule %s did not start a run: %s", row.name, row.last_error)
         else:
             row.last_run_name, row.last_error = run.name, None
         db.session.commit()

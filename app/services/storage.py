@@ -33,6 +33,7 @@ MAX_FILE_SECONDS = 300               # and 5 minutes to upload it
 MAX_BUNDLE_BYTES = 64 * 1000 * 1000
 CHUNK = 1 << 20
 HASH_XATTR = "user.div.sha256"
+MAX_PATH_BYTES = 4096   # PATH_MAX
 
 
 class ShareFull(ServiceError):
@@ -59,9 +60,13 @@ def clean_path(path: object, allow_root: bool = True) -> str:
         raise Invalid("a path must not contain NUL bytes")
     if path.startswith("/"):
         raise Invalid(f"{path!r}: paths are relative to the volume, not absolute")
+    if len(path.encode(errors="surrogatepass")) > MAX_PATH_BYTES:
+        raise Invalid(f"a path in a volume is at most {MAX_PATH_BYTES} bytes")
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise Invalid(f"{path!r}: .. is not allowed in a volume path")
+    if any(len(p.encode(errors="surrogatepass")) > 255 for p in parts):
+        raise Invalid("a file or folder name is at most 255 bytes")
     if not parts and not allow_root:
         raise Invalid("name a file or folder in the volume")
     return "/".join(parts)
@@ -72,9 +77,12 @@ class VolumeFolders:
     relative to the folder above, from the volume's own descriptor: no
     server-side open, stat, list or delete in a volume ever follows a link,
     even one a run swaps in between a check and the use. The descriptors
-    are kept for the request, so 10,000 files in 100 folders open 100."""
+    are kept for the request, so 10,000 files in 100 folders open 100;
+    at most MAX_OPEN at once, so no volume's shape can use up the server's
+    descriptors (a descriptor is used at once, never kept across calls)."""
 
     FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    MAX_OPEN = 128
 
     def __init__(self, root: str):
         self._fds = {"": os.open(root, self.FLAGS)}
@@ -83,8 +91,14 @@ class VolumeFolders:
         fd = self._fds.get(rel)
         if fd is not None:
             return fd
-        parent_rel, _, name = rel.rpartition("/")
-        parent = self.folder(parent_rel, create)
+        parts = rel.split("/")
+        known = max(i for i in range(len(parts) + 1) if "/".join(parts[:i]) in self._fds)
+        fd = self._fds["/".join(parts[:known])]
+        for depth in range(known + 1, len(parts) + 1):
+            fd = self._open_child(fd, parts[depth - 1], "/".join(parts[:depth]), create)
+        return fd
+
+    def _open_child(self, parent: int, name: str, rel: str, create: bool) -> int:
         if create:
             try:
                 os.mkdir(name, dir_fd=parent)
@@ -99,8 +113,16 @@ class VolumeFolders:
             if exc.errno == errno.ENOENT:
                 raise NotFound(f"no {rel!r} in the volume") from None
             raise
+        if len(self._fds) >= self.MAX_OPEN:
+            self._forget_all_but(parent)
         self._fds[rel] = fd
         return fd
+
+    def _forget_all_but(self, keep: int) -> None:
+        for rel, fd in list(self._fds.items()):
+            if rel and fd != keep:
+                os.close(fd)
+                del self._fds[rel]
 
     def lstat(self, rel: str) -> os.stat_result | None:
         """The entry itself (a link is a link), or None if there is none."""
@@ -181,19 +203,18 @@ def _children(fd: int, rel: str):
 
 
 def _walk_files(folders: VolumeFolders, top: str):
-    """Regular files under the folder `top`, opened by descriptor all the way."""
-    stack = [top]
-    while stack:
-        folder = stack.pop()
-        try:
-            fd = folders.folder(folder)
-        except (Invalid, NotFound):
-            continue   # swapped for a link or gone while walking: not followed
-        for _, rel, st in _children(fd, folder):
-            if stat.S_ISDIR(st.st_mode):
-                stack.append(rel)
-            elif stat.S_ISREG(st.st_mode):
-                yield _entry(rel, st)
+    """Regular files under the folder `top`, by descriptor all the way
+    (os.fwalk: no link followed, one descriptor a level of depth)."""
+    for folder, _, names, fd in os.fwalk(".", dir_fd=folders.folder(top)):
+        below = folder[2:]   # fwalk's "./a/b" below the top, or "." for the top itself
+        rel = "/".join(part for part in (top, below) if part)
+        for name in names:
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue   # gone since it was listed
+            if stat.S_ISREG(st.st_mode):
+                yield _entry(f"{rel}/{name}" if rel else name, st)
 
 
 def list_path(org: Org, volume: str, path: str, recursive: bool = False) -> tuple[Entry, list[Entry]]:

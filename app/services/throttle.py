@@ -2,7 +2,7 @@
 subject in the database, so every worker of every server process counts the
 same. A wrong key counts against the key it names (its prefix; a token that
 names none, against the client's address), a wrong password against its
-username. After `DIV_AUTH_MAX_FAILURES` failures within `DIV_AUTH_WINDOW`
+username and address. After `DIV_AUTH_MAX_FAILURES` failures within `DIV_AUTH_WINDOW`
 seconds, that subject's wrong attempts are answered 429 until the window has
 passed. A right key is always served, so nobody's failures (on a shared
 login node, say) lock anyone else out. Each failure is logged with the
@@ -36,8 +36,10 @@ def key_subject(prefix: str | None, address: str | None) -> str:
     return f"key {prefix}" if known else f"address {address}"
 
 
-def user_subject(username: str) -> str:
-    return f"user {username}"
+def user_subject(username: str, address: str | None) -> str:
+    """Wrong passwords count per user and address: a guesser elsewhere never
+    locks the user out of their own sign-in."""
+    return f"user {username} from {address}"
 
 
 def _window() -> timedelta:
@@ -82,7 +84,8 @@ def _count_one(subject: str) -> int:
     raise RuntimeError(f"could not count a failure for {subject}")
 
 
-def forget_user(username: str) -> None:
-    """After a right password: that user's count starts again."""
-    db.session.execute(sa.delete(AuthFailure).where(AuthFailure.subject == user_subject(username)))
+def forget_user(username: str, address: str | None) -> None:
+    """After a right password: that user's count from there starts again."""
+    db.session.execute(sa.delete(AuthFailure).where(
+        AuthFailure.subject == user_subject(username, address)))
     db.session.commit()

@@ -2,6 +2,7 @@
 and GPU type, against its monthly limit, and what a new run may spend."""
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 import sqlalchemy as sa
@@ -16,17 +17,19 @@ class LimitReached(ServiceError):
     status = 403
 
 
+MONTH = re.compile(r"(\d{4})-(\d{2})", re.ASCII)
+
+
 def month_bounds(month: str | None = None) -> tuple[datetime, datetime, str]:
     """[start, end) of a month given as YYYY-MM (default: this one)."""
     if month is None:
         now = utcnow()
         year, number = now.year, now.month
     else:
-        try:
-            year, number = (int(part) for part in month.split("-"))
-            datetime(year + 1, number, 1)   # the month after must exist too
-        except (ValueError, OverflowError):
-            raise Invalid(f"month {month!r}: use YYYY-MM") from None
+        match = MONTH.fullmatch(month)
+        year, number = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+        if not (1 <= year <= 9998 and 1 <= number <= 12):
+            raise Invalid(f"month {month[:20]!r}: use YYYY-MM")
     start = datetime(year, number, 1, tzinfo=timezone.utc)
     end = datetime(year + (number == 12), number % 12 + 1, 1, tzinfo=timezone.utc)
     return start, end, f"{year:04d}-{number:02d}"
