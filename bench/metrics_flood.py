@@ -108,7 +108,7 @@ def main() -> None:
                   f"{quiet * 1000:8.1f} ms in {cycles} cycle(s)")
             flooded, cycles, read_mb = settle_time(flood=True)
             print(f"ended run settled, another org flooding {FLOOD_MB} MB of metrics: "
-                  f"{flooded * 1000:8.1f} ms in {cycles} cycle(s), {read_mb:.0f} MB of the flood "
+                  f"{flooded * 1000:8.1f} ms in {cycles} cycle(s), {read_mb:.1f} MB of the flood "
                   f"read by then")
             print(f"flooded / baseline: {flooded / quiet:.0f}x")
 

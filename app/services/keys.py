@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from datetime import timedelta
 
 from app.extensions import db
 from app.models import ApiKey, User, utcnow
@@ -33,6 +34,9 @@ def key_prefix(key: str) -> str | None:
     return key[: key.index("_", len(PREFIX))]
 
 
+LAST_USED_PRECISION = timedelta(minutes=1)
+
+
 def api_key_for(key: str) -> ApiKey | None:
     """The key's row, if the key is valid and not revoked; marks it used."""
     prefix = key_prefix(key)
@@ -41,8 +45,12 @@ def api_key_for(key: str) -> ApiKey | None:
     row = db.session.execute(db.select(ApiKey).filter_by(prefix=prefix)).scalar_one_or_none()
     if row is None or row.revoked_at is not None or not hmac.compare_digest(row.key_hash, _hash(key)):
         return None
-    row.last_used_at = utcnow()
-    db.session.commit()
+    now = utcnow()
+    # A write a minute at most: every request otherwise writes, and on
+    # SQLite each write waits for the one before.
+    if row.last_used_at is None or now - row.last_used_at >= LAST_USED_PRECISION:
+        row.last_used_at = now
+        db.session.commit()
     return row
 
 

@@ -21,8 +21,9 @@ from app.services.masking import NO_MASK, Masker
 
 STREAMS = ("stdout", "stderr")
 CHUNK = 256 * 1024
-POLL_SECONDS = 0.05        # how often a follower looks for new bytes
-STATUS_SECONDS = 0.5       # how often it rereads the run's status
+POLL_SECONDS = 0.05        # how soon a follower looks for new bytes after some came
+IDLE_POLL_SECONDS = 0.5    # and at the slowest, while none come (each look costs)
+STATUS_SECONDS = 1.0       # how often it rereads the run's status
 HEARTBEAT_SECONDS = 5.0    # an event at least this often, so dead peers show
 
 
@@ -64,6 +65,7 @@ def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
     paths = {s: os.path.join(state_dir, s) for s in STREAMS}
     offsets = {s: max(0, int(offsets.get(s, 0))) for s in STREAMS}
     last_status, last_event, next_poll = None, time.monotonic(), 0.0
+    pause = POLL_SECONDS
     ended = not follow
     while True:
         sent = False
@@ -78,7 +80,7 @@ def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
                 offsets[stream] += used
                 sent = True
         if sent:
-            last_event = time.monotonic()
+            last_event, pause = time.monotonic(), POLL_SECONDS
             continue
         if ended:
             yield end_event()
@@ -92,4 +94,5 @@ def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
                 last_status, last_event = status, now
                 yield status
             continue
-        time.sleep(POLL_SECONDS)
+        time.sleep(pause)
+        pause = min(IDLE_POLL_SECONDS, pause * 2)

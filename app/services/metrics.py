@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 # What one reconciler cycle reads of one run: a run that floods its file
 # delays only its own settling, never the cycle every org's runs share.
-CYCLE_BUDGET = 1024 * 1024
+CYCLE_BUDGET = 512 * 1024
 # A line longer than this is malformed; a run keeps at most MAX_KEYS keys,
 # each at most MAX_KEY_CHARS, and strings of at most MAX_STRING_CHARS, so
 # that its JSON stays small whatever it writes.
