@@ -11,13 +11,14 @@ import logging
 import os
 import socket
 import time
+from collections import defaultdict
 from datetime import datetime, timezone
 
 from app.extensions import db
 from app.models import Org, Run
 from app.services import leases
 from app.services.checks import verdict
-from app.services.metrics import MetricsRead, read_metrics
+from app.services.metrics import CYCLE_BUDGET, ORG_CYCLE_BUDGET, MetricsRead, read_metrics
 from app.services.pricing import cost
 from app.services.runs import LIVE, run_dir, run_json
 from app.services.errors import Unavailable
@@ -36,7 +37,8 @@ def _moment(epoch: int | None) -> datetime | None:
     return datetime.fromtimestamp(epoch, timezone.utc) if epoch else None
 
 
-def settle(run: Run, record: JobRecord, state_dir: str | None = None) -> None:
+def settle(run: Run, record: JobRecord, state_dir: str | None = None,
+           metrics_budget: int = CYCLE_BUDGET) -> None:
     """Moves a run to what Slurm says of its job; reads its new metrics from
     `state_dir` and, once it has ended, gives its checks their verdicts."""
     status = run_status(record, run.stopped_for)
@@ -54,7 +56,8 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None) -> None:
         run.cost_micros = cost(run.rate_micros_per_hour, run.elapsed_seconds or 0,
                                run.time_limit_minutes)
     if state_dir is not None and run.started_at is not None:
-        if not _read_metrics(run, state_dir, final=record.finished) and record.finished:
+        if not _read_metrics(run, state_dir, record.finished, metrics_budget) \
+                and record.finished:
             # Its metrics are read a bounded amount a cycle: a run that
             # wrote a flood ends once they are all read, later than others.
             run.status = "running"
@@ -71,7 +74,7 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None) -> None:
         run.checks = [verdict(document, c["check"]) for c in run.checks]
 
 
-def _read_metrics(run: Run, state_dir: str, final: bool) -> bool:
+def _read_metrics(run: Run, state_dir: str, final: bool, budget: int) -> bool:
     """Reads what is new of the run's metrics; whether all of it is read."""
     path = os.path.join(state_dir, "metrics.jsonl")
     try:
@@ -81,7 +84,7 @@ def _read_metrics(run: Run, state_dir: str, final: bool) -> bool:
         return True
     seen = MetricsRead(dict(run.metrics or {}), run.metrics_points or 0,
                        run.metrics_malformed or 0, run.metrics_offset or 0)
-    read_metrics(path, seen, final=final)
+    read_metrics(path, seen, final=final, budget=budget)
     if seen.offset != (run.metrics_offset or 0):
         # A new dict, so the JSON column sees the change; a secret's value
         # is *** here as in the log.
@@ -119,14 +122,17 @@ def reconcile_once() -> int:
     records = slurm_client().query([run.slurm_job_id for run in live])
     orgs = {org.id: org for org in db.session.execute(
         db.select(Org).where(Org.id.in_({run.org_id for run in live}))).scalars()}
-    changed = 0
+    changed, metrics_left = 0, defaultdict(lambda: ORG_CYCLE_BUDGET)
     for run in live:
         record = records.get(run.slurm_job_id)
         if record is None:
             continue   # just submitted: neither squeue nor sacct has it yet
         before = (run.status, run.pending_reason, run.elapsed_seconds)
+        offset = run.metrics_offset or 0
         try:
-            settle(run, record, run_dir(orgs[run.org_id], run.name))
+            settle(run, record, run_dir(orgs[run.org_id], run.name),
+                   min(CYCLE_BUDGET, metrics_left[run.org_id]))
+            metrics_left[run.org_id] -= (run.metrics_offset or 0) - offset
         except Exception:   # what one run wrote never stops the cycle every org shares
             log.exception("could not settle %s; it is tried again next cycle", run.name)
             db.session.expire(run)

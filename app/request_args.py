@@ -27,9 +27,9 @@ def int_arg(name: str, default: int | None, minimum: int = 0) -> int | None:
 
 class StrictJSONProvider(DefaultJSONProvider):
     """Request bodies as JSON, refused (400) when nested too deep for the
-    parser or when a string holds a lone surrogate ("\\ud800"): such a string
-    can be neither written to a file, a batch script or the database as
-    UTF-8 nor shown, so it never gets past the request."""
+    parser or when a string holds a lone surrogate ("\\ud800") or a NUL: such
+    a string can be neither written to a file, a batch script or the
+    database nor shown, so it never gets past the request."""
 
     def loads(self, s, **kwargs):
         try:
@@ -50,4 +50,6 @@ class StrictJSONProvider(DefaultJSONProvider):
                 except UnicodeEncodeError:
                     raise BadRequest("the JSON body holds text that is not valid Unicode "
                                      "(a lone surrogate)") from None
+                if "\0" in item:   # PostgreSQL's text holds no NUL
+                    raise BadRequest("the JSON body holds a NUL character") from None
         return value

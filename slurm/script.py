@@ -60,6 +60,14 @@ div_node() {
     exit "$rc"
 }
 
+# Stored trees are bound over the volume's own code/ folder, when that is a
+# folder: a file or link a member put there fails no run (the link would
+# lead only within the sandbox anyway).
+div_has_trees() {
+    [ -n "$div_trees_dir" ] && [ -d "$div_trees_dir/$1" ] &&
+        [ -d "$div_volumes_dir/$1/code" ] && [ ! -L "$div_volumes_dir/$1/code" ]
+}
+
 div_is_volume() {
     local v
     for v in "${volumes[@]}"; do [ "$v" = "$1" ] && return 0; done
@@ -108,7 +116,7 @@ div_exec() {
     for p in /dev/nvidia* /dev/dri; do [ -e "$p" ] && args+=(--dev-bind "$p" "$p"); done
     for v in "${volumes[@]}"; do
         args+=(--bind "$div_volumes_dir/$v" "/mnt/$v")
-        [ -n "$div_trees_dir" ] && [ -d "$div_trees_dir/$v" ] && args+=(--ro-bind "$div_trees_dir/$v" "/mnt/$v/code")
+        div_has_trees "$v" && args+=(--ro-bind "$div_trees_dir/$v" "/mnt/$v/code")
     done
     bwrap "${args[@]}" /bin/bash -c "$div_launch"
 }
@@ -120,9 +128,11 @@ div_exec() {
     local mounts="$scratch/workspace:/workspace,$scratch/mnt:/mnt,$div_state/metrics.jsonl:$DIV_METRICS" v
     for v in "${volumes[@]}"; do
         mounts+=",$div_volumes_dir/$v:/mnt/$v"
-        [ -n "$div_trees_dir" ] && [ -d "$div_trees_dir/$v" ] && mounts+=",$div_trees_dir/$v:/mnt/$v/code:ro"
+        div_has_trees "$v" && mounts+=",$div_trees_dir/$v:/mnt/$v/code:ro"
     done
-    srun --overlap --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
+    # --export=ALL: under the job's --export=NONE a step would get none of
+    # the div_* values LAUNCH needs.
+    srun --overlap --export=ALL --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
         --container-image="$div_image" --container-mounts="$mounts" \
         --container-workdir=/workspace --no-container-mount-home \
         /bin/bash -c "$div_launch"
@@ -138,7 +148,7 @@ div_exec() {
     [ "$div_gpus" = yes ] && args+=(--nv)
     for v in "${volumes[@]}"; do
         args+=(--bind "$div_volumes_dir/$v:/mnt/$v")
-        [ -n "$div_trees_dir" ] && [ -d "$div_trees_dir/$v" ] && args+=(--bind "$div_trees_dir/$v:/mnt/$v/code:ro")
+        div_has_trees "$v" && args+=(--bind "$div_trees_dir/$v:/mnt/$v/code:ro")
     done
     apptainer "${args[@]}" "docker://$div_image" /bin/bash -c "$div_launch"
 }
@@ -150,7 +160,7 @@ EXEC = {"none": EXEC_NONE, "pyxis": EXEC_PYXIS, "apptainer": EXEC_APPTAINER}
 # run's, and any rank's failure fails it.
 MAIN = r'''
 srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
-    /bin/bash -c "$(declare -f div_node div_is_volume div_cleanup div_exec); div_node" \
+    /bin/bash -c "$(declare -f div_node div_has_trees div_is_volume div_cleanup div_exec); div_node" \
     >>"$div_state/slurm.log" 2>&1
 rc=$?
 rank0=$(cat "$div_state/exit.0" 2>/dev/null || echo "$rc")
@@ -178,6 +188,8 @@ def sbatch_directives(spec: JobSpec, site: SlurmSite) -> list[str]:
     if spec.time_limit_minutes is not None:
         lines.append(f"--time={spec.time_limit_minutes}")
     lines += [
+        # Never the server's own folder: apptainer would mount the cwd.
+        f"--chdir={spec.state_dir}",
         f"--output={spec.state_dir}/stdout",
         f"--error={spec.state_dir}/stderr",
         # Each node appends to the same files; truncating would let the batch

@@ -173,9 +173,10 @@ def test_div_stop_ends_div_run_with_exit_code_1(stack, project):
 def test_server_restart_mid_stream_loses_nothing(stack, project):
     write(project, "count.py", "import time\nfor i in range(40):\n    print(f'line {i}', flush=True)\n"
                                "    time.sleep(0.15)\n")
+    # Unbuffered: readline must not take bytes that communicate() then never sees.
     proc = subprocess.Popen([str(VENV_BIN / "div"), "run", "--gpu", "cpu", "count.py"],
                             cwd=project, env=stack.div_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, bufsize=0)
     assert proc.stdout.readline() == b"line 0\n"
     stack.services("stop", "server")
     time.sleep(2)

@@ -56,7 +56,7 @@ def site_admin_required(view):
 def login():
     error, status = None, 200
     if request.method == "POST":
-        username = request.form.get("username", "")[:64]
+        username = request.form.get("username", "")[:64].replace("\0", "")
         subject = throttle.user_subject(username, request.remote_addr)
         try:
             throttle.check([subject])

@@ -9,11 +9,17 @@ from flask import g, jsonify, render_template
 from app.dashboard import bp
 from app.dashboard.auth import login_required
 from app.services.runs import LIVE, find_run, run_dir
-from app.services.telemetry import chart_data, default_charts, parse_layout, read_points
+from app.services.metrics import read_points
+from app.services.secrets import log_masker, mask_point
+from app.services.telemetry import MAX_BYTES, MAX_POINTS, chart_data, default_charts, parse_layout
 
 
 def _charts(run) -> tuple[list[dict], str | None]:
-    points = read_points(os.path.join(run_dir(g.user.org, run.name), "metrics.jsonl"))
+    points = read_points(os.path.join(run_dir(g.user.org, run.name), "metrics.jsonl"),
+                         MAX_BYTES, MAX_POINTS)
+    if run.secrets_sealed:   # a secret's value is *** here as in the log
+        masker = log_masker(run)
+        points = [mask_point(masker, point) for point in points]
     layout, problem = parse_layout(run.telemetry)
     charts = layout if layout is not None else default_charts(points)
     return [chart_data(chart, points) for chart in charts], problem

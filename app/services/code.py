@@ -175,7 +175,10 @@ def _show_in_volume(org: Org, volume_path: str, name: str, tree: str) -> None:
     renamed into place through descriptors opened without following links:
     runs can write to the volume, and a `code` they made a link is refused."""
     with folders_closed(VolumeFolders(volume_path)) as folders:
-        code = folders.folder("code", create=True)
+        try:
+            code = folders.folder("code", create=True)
+        except Invalid:
+            return   # `code` is a file or a link there: nothing to browse, runs never use it
         try:
             os.stat(name, dir_fd=code, follow_symlinks=False)
             return

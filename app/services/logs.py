@@ -79,20 +79,23 @@ def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
                 yield event
                 offsets[stream] += used
                 sent = True
+        now = time.monotonic()
         if sent:
-            last_event, pause = time.monotonic(), POLL_SECONDS
-            continue
-        if ended:
+            last_event, pause = now, POLL_SECONDS
+        elif ended:
             yield end_event()
             return
-        now = time.monotonic()
-        if now >= next_poll:
+        # The status is reread on time even while bytes flow: it is where a
+        # revoked key ends the stream.
+        if not ended and now >= next_poll:
             next_poll = now + STATUS_SECONDS
             # Ended runs get one more read of both files before the end event.
             ended, status = poll_run()
             if status != last_status or now - last_event >= HEARTBEAT_SECONDS:
                 last_status, last_event = status, now
                 yield status
+            continue
+        if sent:
             continue
         time.sleep(pause)
         pause = min(IDLE_POLL_SECONDS, pause * 2)

@@ -12,9 +12,11 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-# What one reconciler cycle reads of one run: a run that floods its file
-# delays only its own settling, never the cycle every org's runs share.
+# What one reconciler cycle reads of one run, and of all of one org's runs:
+# a run that floods its file delays only its own settling (and an org with
+# many, only its own runs'), never the cycle every org's runs share.
 CYCLE_BUDGET = 512 * 1024
+ORG_CYCLE_BUDGET = 4 * CYCLE_BUDGET
 # A line longer than this is malformed; a run keeps at most MAX_KEYS keys,
 # each at most MAX_KEY_CHARS, and strings of at most MAX_STRING_CHARS, so
 # that its JSON stays small whatever it writes.
@@ -89,12 +91,39 @@ def read_metrics(path: str, state: MetricsRead, final: bool = False,
     return state
 
 
-def _add_point(state: MetricsRead, line: bytes) -> None:
+def parse_point(line: bytes) -> dict | None:
+    """One line of a metrics file as a point, or None when it is not one."""
     try:
         point = json.loads(line) if len(line) <= MAX_LINE else None
     except (ValueError, RecursionError):   # RecursionError: [[[[… nested too deep
-        point = None
-    if not isinstance(point, dict):
+        return None
+    return point if isinstance(point, dict) else None
+
+
+def read_points(path: str, max_bytes: int, max_points: int) -> list[dict]:
+    """The points of the first `max_bytes` of a metrics file (the Telemetry
+    tab's series), read as the reconciler reads it: no link, no FIFO, no
+    line longer than MAX_LINE."""
+    fd = _open_regular(path)
+    if fd is None:
+        return []
+    try:
+        data = os.pread(fd, max_bytes, 0)
+    finally:
+        os.close(fd)
+    points = []
+    for line in data[:data.rfind(b"\n") + 1].splitlines():
+        point = parse_point(line) if line.strip() else None
+        if point is not None:
+            points.append(point)
+            if len(points) >= max_points:
+                break
+    return points
+
+
+def _add_point(state: MetricsRead, line: bytes) -> None:
+    point = parse_point(line)
+    if point is None:
         state.malformed += 1
         return
     state.points += 1

@@ -129,15 +129,15 @@ def log_masker(run: Run) -> Masker:
 def masked_metrics(run: Run, metrics: dict) -> dict:
     """A run's metrics with a secret's value in a key or a value as ***, as
     in its log: a run can write what it was given to $DIV_METRICS too."""
-    if not run.secrets_sealed:
-        return metrics
-    masker = log_masker(run)
+    return mask_point(log_masker(run), metrics) if run.secrets_sealed else metrics
 
+
+def mask_point(masker: Masker, point: dict) -> dict:
     def masked(value):
-        text = str(value).encode()
+        text = str(value).encode(errors="replace")
         hidden, _ = masker.mask(text, final=True)
         return value if hidden == text else hidden.decode(errors="replace")
-    return {masked(key): masked(value) for key, value in metrics.items()}
+    return {masked(key): masked(value) for key, value in point.items()}
 
 
 def rotate(new_key: bool) -> int:

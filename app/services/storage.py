@@ -34,6 +34,7 @@ MAX_BUNDLE_BYTES = 64 * 1000 * 1000
 CHUNK = 1 << 20
 HASH_XATTR = "user.div.sha256"
 MAX_PATH_BYTES = 4096   # PATH_MAX
+MAX_DEPTH = 256         # folders below a volume that listings go into
 
 
 class ShareFull(ServiceError):
@@ -203,18 +204,52 @@ def _children(fd: int, rel: str):
 
 
 def _walk_files(folders: VolumeFolders, top: str):
-    """Regular files under the folder `top`, by descriptor all the way
-    (os.fwalk: no link followed, one descriptor a level of depth)."""
-    for folder, _, names, fd in os.fwalk(".", dir_fd=folders.folder(top)):
-        below = folder[2:]   # fwalk's "./a/b" below the top, or "." for the top itself
-        rel = "/".join(part for part in (top, below) if part)
-        for name in names:
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue   # gone since it was listed
-            if stat.S_ISREG(st.st_mode):
-                yield _entry(f"{rel}/{name}" if rel else name, st)
+    """Regular files under the folder `top`, by descriptor all the way and
+    without recursion: a folder at a time from VolumeFolders' bounded set,
+    MAX_DEPTH folders deep at most, whatever shape a run gave the volume."""
+    pending = [top]
+    while pending:
+        folder = pending.pop()
+        try:
+            fd = folders.folder(folder)
+        except (Invalid, NotFound):
+            continue   # swapped for a link or gone while walking: not followed
+        deep_enough = folder.count("/") + 1 >= MAX_DEPTH
+        for _, rel, st in list(_children(fd, folder)):
+            if stat.S_ISDIR(st.st_mode) and not deep_enough:
+                pending.append(rel)
+            elif stat.S_ISREG(st.st_mode):
+                yield _entry(rel, st)
+
+
+def _remove_tree(parent: int, name: str) -> None:
+    """Deletes the folder `name` of the open folder `parent` and all in it,
+    through descriptors and without recursion: each pass moves what its
+    subfolders hold up into it, so no depth costs more than two open
+    folders (shutil.rmtree holds one a level, and recurses)."""
+    fd = os.open(name, VolumeFolders.FLAGS, dir_fd=parent)
+    try:
+        while True:
+            subfolders = []
+            for entry, _, st in list(_children(fd, "")):
+                if stat.S_ISDIR(st.st_mode):
+                    subfolders.append(entry)
+                else:
+                    os.unlink(entry, dir_fd=fd)
+            if not subfolders:
+                break
+            for sub in subfolders:
+                sub_fd = os.open(sub, VolumeFolders.FLAGS, dir_fd=fd)
+                try:
+                    for child in os.listdir(sub_fd):
+                        os.rename(child, f".div-rm-{secrets.token_hex(8)}", src_dir_fd=sub_fd,
+                                  dst_dir_fd=fd)
+                finally:
+                    os.close(sub_fd)
+                os.rmdir(sub, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)
 
 
 def list_path(org: Org, volume: str, path: str, recursive: bool = False) -> tuple[Entry, list[Entry]]:
@@ -468,7 +503,7 @@ def delete(org: Org, volume: str, path: str) -> None:
         if st is None:
             raise NotFound(f"no {rel!r} in {volume}")
         if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(name, dir_fd=parent)
+            _remove_tree(parent, name)
         else:
             os.unlink(name, dir_fd=parent)
 
@@ -479,7 +514,13 @@ def delete_volume(org: Org, volume: str) -> None:
         org_id=org.id, name=check_volume_name(volume))).scalar_one_or_none()
     if row is None:
         raise NotFound(f"no volume named {volume!r}")
-    shutil.rmtree(volume_dir(org, volume), ignore_errors=True)
+    org_fd = os.open(org_dir(org), VolumeFolders.FLAGS)
+    try:
+        _remove_tree(org_fd, volume)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(org_fd)
     shutil.rmtree(os.path.join(trees_dir(org), volume), ignore_errors=True)
     db.session.delete(row)
     db.session.commit()

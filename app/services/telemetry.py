@@ -5,12 +5,14 @@ from the run's metrics.jsonl. A bad layout is a message for the tab, never
 an exception."""
 from __future__ import annotations
 
-import json
 import math
 import tomllib
 from dataclasses import dataclass
 
+# What the tab draws at most of a run's metrics.jsonl (the reconciler keeps
+# reading it for the run's own metrics).
 MAX_POINTS = 200_000
+MAX_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -42,24 +44,6 @@ def parse_layout(text: str | None) -> tuple[list[Chart] | None, str | None]:
     if not charts:
         return None, "telemetry.toml has no [[chart]] tables"
     return charts, None
-
-
-def read_points(path: str) -> list[dict]:
-    points = []
-    try:
-        with open(path, "rb") as f:
-            for line in f:
-                if len(points) >= MAX_POINTS:
-                    break
-                try:
-                    point = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(point, dict):
-                    points.append(point)
-    except FileNotFoundError:
-        pass
-    return points
 
 
 def _number(value) -> float | None:

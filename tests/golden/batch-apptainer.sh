@@ -9,6 +9,7 @@
 #SBATCH --cpus-per-task=8
 #SBATCH --mem=64G
 #SBATCH --time=62
+#SBATCH --chdir=/srv/div/runs/acme/run-k4t9
 #SBATCH --output=/srv/div/runs/acme/run-k4t9/stdout
 #SBATCH --error=/srv/div/runs/acme/run-k4t9/stderr
 #SBATCH --open-mode=append
@@ -65,6 +66,14 @@ div_node() {
     exit "$rc"
 }
 
+# Stored trees are bound over the volume's own code/ folder, when that is a
+# folder: a file or link a member put there fails no run (the link would
+# lead only within the sandbox anyway).
+div_has_trees() {
+    [ -n "$div_trees_dir" ] && [ -d "$div_trees_dir/$1" ] &&
+        [ -d "$div_volumes_dir/$1/code" ] && [ ! -L "$div_volumes_dir/$1/code" ]
+}
+
 div_is_volume() {
     local v
     for v in "${volumes[@]}"; do [ "$v" = "$1" ] && return 0; done
@@ -92,13 +101,13 @@ div_exec() {
     [ "$div_gpus" = yes ] && args+=(--nv)
     for v in "${volumes[@]}"; do
         args+=(--bind "$div_volumes_dir/$v:/mnt/$v")
-        [ -n "$div_trees_dir" ] && [ -d "$div_trees_dir/$v" ] && args+=(--bind "$div_trees_dir/$v:/mnt/$v/code:ro")
+        div_has_trees "$v" && args+=(--bind "$div_trees_dir/$v:/mnt/$v/code:ro")
     done
     apptainer "${args[@]}" "docker://$div_image" /bin/bash -c "$div_launch"
 }
 
 srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
-    /bin/bash -c "$(declare -f div_node div_is_volume div_cleanup div_exec); div_node" \
+    /bin/bash -c "$(declare -f div_node div_has_trees div_is_volume div_cleanup div_exec); div_node" \
     >>"$div_state/slurm.log" 2>&1
 rc=$?
 rank0=$(cat "$div_state/exit.0" 2>/dev/null || echo "$rc")

@@ -9,6 +9,7 @@
 #SBATCH --cpus-per-task=8
 #SBATCH --mem=64G
 #SBATCH --time=62
+#SBATCH --chdir=/srv/div/runs/acme/run-k4t9
 #SBATCH --output=/srv/div/runs/acme/run-k4t9/stdout
 #SBATCH --error=/srv/div/runs/acme/run-k4t9/stderr
 #SBATCH --open-mode=append
@@ -65,6 +66,14 @@ div_node() {
     exit "$rc"
 }
 
+# Stored trees are bound over the volume's own code/ folder, when that is a
+# folder: a file or link a member put there fails no run (the link would
+# lead only within the sandbox anyway).
+div_has_trees() {
+    [ -n "$div_trees_dir" ] && [ -d "$div_trees_dir/$1" ] &&
+        [ -d "$div_volumes_dir/$1/code" ] && [ ! -L "$div_volumes_dir/$1/code" ]
+}
+
 div_is_volume() {
     local v
     for v in "${volumes[@]}"; do [ "$v" = "$1" ] && return 0; done
@@ -89,16 +98,18 @@ div_exec() {
     local mounts="$scratch/workspace:/workspace,$scratch/mnt:/mnt,$div_state/metrics.jsonl:$DIV_METRICS" v
     for v in "${volumes[@]}"; do
         mounts+=",$div_volumes_dir/$v:/mnt/$v"
-        [ -n "$div_trees_dir" ] && [ -d "$div_trees_dir/$v" ] && mounts+=",$div_trees_dir/$v:/mnt/$v/code:ro"
+        div_has_trees "$v" && mounts+=",$div_trees_dir/$v:/mnt/$v/code:ro"
     done
-    srun --overlap --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
+    # --export=ALL: under the job's --export=NONE a step would get none of
+    # the div_* values LAUNCH needs.
+    srun --overlap --export=ALL --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
         --container-image="$div_image" --container-mounts="$mounts" \
         --container-workdir=/workspace --no-container-mount-home \
         /bin/bash -c "$div_launch"
 }
 
 srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
-    /bin/bash -c "$(declare -f div_node div_is_volume div_cleanup div_exec); div_node" \
+    /bin/bash -c "$(declare -f div_node div_has_trees div_is_volume div_cleanup div_exec); div_node" \
     >>"$div_state/slurm.log" 2>&1
 rc=$?
 rank0=$(cat "$div_state/exit.0" 2>/dev/null || echo "$rc")
