@@ -1,6 +1,9 @@
 """Bearer-token auth for the API: the CLI sends its key as
 `Authorization: Bearer div_…`. A right key is always served; wrong ones are
-counted per key prefix and slowed (app/services/throttle.py)."""
+counted per key prefix and answered 429 past the limit (app/services/
+throttle.py). That slows no guess of a key's 256 random bits, which is
+hopeless anyway; it keeps the log and the failure table from growing with
+every wrong key and tells a misconfigured client to stop."""
 from __future__ import annotations
 
 from functools import wraps
