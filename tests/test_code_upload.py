@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+from pathlib import Path
 
 import pytest
 
 from app import create_app
 from app.extensions import db
 from app.services.code import (MissingBlobs, lay_out_tree, parse_manifest, store_blob,
-                               tree_hash)
+                               stored_tree, tree_hash)
 from app.services.errors import Invalid
 from app.services.orgs import get_or_create_org
 
@@ -70,9 +71,11 @@ def test_blobs_are_checked_and_trees_laid_out_once(org, tmp_path):
     assert (root / "run.sh").stat().st_mode & 0o777 == 0o755
     assert not list(root.parent.glob(".tmp-*"))
     assert lay_out_tree(org, "acme-code", entries) == tree
+    assert stored_tree(org, tree.ref) == tree.path == str(
+        tmp_path / "data" / "trees" / "acme" / "acme-code" / tree_hash(entries)[:8])
+    assert stored_tree(org, "acme-code/code/cafebabe") is None
 
-
-def test_a_code_folder_turned_into_a_link_is_refused(org, tmp_path):
+def test_a_code_folder_turned_into_a_link_leads_nowhere(org, tmp_path):
     entries = parse_manifest([entry("a.py", b"A")])
     store_blob(org, hashlib.sha256(b"A").hexdigest(), io.BytesIO(b"A"), 1)
     volume = tmp_path / "data" / "share" / "acme" / "acme-code"
@@ -80,6 +83,7 @@ def test_a_code_folder_turned_into_a_link_is_refused(org, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     (volume / "code").symlink_to(outside)
-    with pytest.raises(Invalid, match="symlink"):
-        lay_out_tree(org, "acme-code", entries)
-    assert list(outside.iterdir()) == []
+    tree = lay_out_tree(org, "acme-code", entries)
+    assert list(outside.iterdir()) == []                  # no browse copy through the link
+    assert stored_tree(org, tree.ref) == tree.path        # runs get the server's own tree
+    assert (Path(tree.path) / "a.py").read_bytes() == b"A"
