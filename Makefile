@@ -17,6 +17,7 @@ up: $(VENV)/.installed cluster
 	scripts/services start
 	scripts/services exec $(BIN)/flask dev-bootstrap --env-file instance/dev.env
 	install -m 600 instance/dev.env .div-dev.env
+	@echo "copied to .div-dev.env (mode 0600): set -a; . ./.div-dev.env; set +a"
 
 test: $(VENV)/.installed cluster postgres test-tools
 	$(BIN)/pytest
