@@ -1,6 +1,8 @@
 """A volume's file as an HTTP response, sent from the file storage opened
 safely (not from a path the server would open again): with Content-Length,
-Last-Modified and Range requests, so an interrupted download resumes."""
+Last-Modified and Range requests, so an interrupted download resumes, and
+the whole file's sha256 (X-Div-Sha256), so the client keeps only what is
+whole."""
 from __future__ import annotations
 
 import posixpath
@@ -12,11 +14,12 @@ from app.services.storage import open_for_download
 
 
 def send_volume_file(org: Org, volume: str, path: str, as_attachment: bool = False):
-    file, info = open_for_download(org, volume, path)
+    file, info, sha = open_for_download(org, volume, path)
     response = send_file(file, mimetype="application/octet-stream", as_attachment=as_attachment,
                          download_name=posixpath.basename(path.rstrip("/")) or None,
                          conditional=False, etag=False)
     response.content_length = info.st_size
     response.last_modified = info.st_mtime
+    response.headers["X-Div-Sha256"] = sha
     return response.make_conditional(request.environ, accept_ranges=True,
                                      complete_length=info.st_size)

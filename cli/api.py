@@ -127,20 +127,25 @@ class ApiClient:
         return self._json(self._request("POST", path, body=data,
                                         headers={"Content-Type": content_type}))
 
-    def download(self, path: str, params: dict, out, offset: int, progress) -> None:
+    def download(self, path: str, params: dict, out, offset: int, progress) -> tuple[str, int]:
         """Appends the file's bytes from `offset` to `out` (a Range request),
-        calling progress(n) as they arrive."""
+        calling progress(n) as they arrive; returns the whole file's sha256
+        and length as the server gave them, for the caller to check: an
+        early close reads as the end of the body."""
         headers = {"Range": f"bytes={offset}-"} if offset else {}
         response = self._request("GET", path, params=params, headers=headers)
         if offset and response.status != 206:
             out.seek(0)     # the server sent the whole file: start over
             out.truncate()
+        whole = response.getheader("Content-Range", "").rpartition("/")[2]
+        length = int(whole) if whole.isdigit() else int(response.getheader("Content-Length", -1))
         try:
             while chunk := response.read(CHUNK):
                 out.write(chunk)
                 progress(len(chunk))
         except (OSError, http.client.HTTPException) as exc:
             raise ApiUnreachable(f"lost the API at {self.url}: {_reason(exc)}") from None
+        return response.getheader("X-Div-Sha256", ""), length
 
     def events(self, path: str, params: dict) -> Iterator[dict]:
         """An NDJSON stream, one event a line, on a connection of its own.

@@ -17,7 +17,8 @@ from cli.context import pass_api
 from cli.flags import parse_volume
 from cli.output import count, print_json, started, table
 from cli.progress import Progress
-from cli.upload import LocalFile, format_bytes, hash_files, regular_files, walk_files
+from cli.upload import (LocalFile, file_sha256, format_bytes, hash_files, regular_files,
+                        walk_files)
 
 PARALLEL = 8
 # Small files travel many to a request, as one tar stream: a request per
@@ -153,15 +154,28 @@ def _fetch(api: ApiClient, volume: str, entry: dict, local: Path, progress: Prog
     local.parent.mkdir(parents=True, exist_ok=True)
     part = local.with_name(local.name + ".div-part")
     offset = part.stat().st_size if part.exists() else 0
-    if offset > entry["size"]:
-        offset = 0
+    if offset >= entry["size"]:
+        offset = 0   # complete but never checked, or longer: fetched again
     with open(part, "ab" if offset else "wb") as out:
-        if offset < entry["size"]:
-            api.download(f"/volumes/{volume}/files", {"path": entry["path"]}, out, offset,
-                         progress.add)
+        sha, length = api.download(f"/volumes/{volume}/files", {"path": entry["path"]}, out,
+                                   offset, progress.add)
+    _check_whole(part, entry["path"], sha, length)
     os.replace(part, local)
     os.utime(local, (entry["mtime"], entry["mtime"]))
     return True
+
+
+def _check_whole(part: Path, path: str, sha: str, length: int) -> None:
+    """A download is renamed into place only when it is the whole file: its
+    length and sha256 what the server said. A short one stays to resume."""
+    size = part.stat().st_size
+    if size != length:
+        raise click.ClickException(f"{path}: the download stopped after {size} of {length} "
+                                   "bytes; run the same get again to resume")
+    if sha and file_sha256(part) != sha:
+        part.unlink()
+        raise click.ClickException(f"{path}: what arrived does not match the file's sha256 "
+                                   "(did it change meanwhile?); nothing was kept, get it again")
 
 
 @storage.command("get")

@@ -97,11 +97,15 @@ def _hash(root: Path, rel: str) -> LocalFile:
             f"{rel} is {size / 1e6:.0f} MB; uploaded files may be at most 256 MB. Download "
             "large files inside a run, straight to a volume: div run --gpu cpu --no-upload "
             "-- '<download> /mnt/<volume>/...' (the volumes guide, Large files)")
+    return LocalFile(rel, str(path), file_sha256(path), size, os.access(path, os.X_OK))
+
+
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
-    return LocalFile(rel, str(path), digest.hexdigest(), size, os.access(path, os.X_OK))
+    return digest.hexdigest()
 
 
 def hash_files(root: Path, paths: list[str]) -> list[LocalFile]:

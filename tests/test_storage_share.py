@@ -97,9 +97,10 @@ def volume_with_links(small_share, tmp_path):
 
 def test_a_download_never_follows_a_link_or_waits_on_a_fifo(volume_with_links):
     org, root, outside = volume_with_links
-    file, info = storage.open_for_download(org, "vol", "ckpt/step-100.bin")
+    file, info, sha = storage.open_for_download(org, "vol", "ckpt/step-100.bin")
     with file:
         assert file.read() == b"weights" and info.st_size == 7
+    assert sha == hashlib.sha256(b"weights").hexdigest()   # the client checks what it got
     with pytest.raises(NotFound):                         # a link, even one inside
         storage.open_for_download(org, "vol", "ckpt/latest.bin")
     with pytest.raises(NotFound):                         # a FIFO: refused, not a hang

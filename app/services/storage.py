@@ -480,16 +480,19 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
 
 
 def open_for_download(org: Org, volume: str, path: str):
-    """A regular file of the volume opened for reading, and its stat, through
-    the volume's folder descriptors (VolumeFolders.open_file): a link or a
-    FIFO a run made is a 404, never followed or waited on."""
+    """A regular file of the volume opened for reading, its stat and its
+    sha256 (for the client to check what it received), through the volume's
+    folder descriptors (VolumeFolders.open_file): a link or a FIFO a run
+    made is a 404, never followed or waited on."""
     rel = clean_path(path, allow_root=False)
     with folders_closed(open_volume(org, volume)) as folders:
         opened = folders.open_file(rel)
     if opened is None:
         raise NotFound(f"no file {rel!r} in {volume}")
     fd, info = opened
-    return os.fdopen(fd, "rb"), info
+    sha = _stored_hash(fd, info)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return os.fdopen(fd, "rb"), info, sha
 
 
 def delete(org: Org, volume: str, path: str) -> None:
