@@ -148,33 +148,40 @@ def holder_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def _cycle(holder: str, ttl: float, acting: bool) -> bool:
+    """One cycle if this reconciler holds the lease; whether it does."""
+    if not leases.acquire(LEASE, holder, ttl):
+        if acting:
+            log.warning("reconciler %s lost its lease", holder)
+        return False
+    if not acting:
+        log.info("reconciler %s is acting", holder)
+    reconcile_once()
+    fire_due()
+    return True
+
+
 def run_forever(interval: float, stop_after: float | None = None) -> None:
     """Cycles every `interval` seconds while it holds the lease; waits as a
     standby while another reconciler does."""
     holder = holder_name()
     ttl = max(10.0, interval * 10)
     deadline = None if stop_after is None else time.monotonic() + stop_after
-    acting = False
+    acting, pause = False, interval
     try:
         while deadline is None or time.monotonic() < deadline:
             started = time.monotonic()
-            if leases.acquire(LEASE, holder, ttl):
-                if not acting:
-                    log.info("reconciler %s is acting", holder)
-                    acting = True
-                try:
-                    reconcile_once()
-                    fire_due()
-                except (SlurmError, Unavailable) as exc:
-                    db.session.rollback()
-                    log.warning("Slurm did not answer: %s", exc)
-                except Exception:   # the reconciler keeps going for every org
-                    db.session.rollback()
-                    log.exception("a reconciler cycle failed; the next one tries again")
-            elif acting:
-                log.warning("reconciler %s lost its lease", holder)
-                acting = False
-            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+            try:
+                acting = _cycle(holder, ttl, acting)
+                pause = interval
+            except (SlurmError, Unavailable) as exc:
+                db.session.rollback()
+                log.warning("Slurm did not answer: %s", exc)
+            except Exception:   # the database gone, say: the reconciler goes on for every org
+                db.session.rollback()
+                pause = min(30.0, pause * 2)
+                log.exception("a reconciler cycle failed; trying again in %.0f s", pause)
+            time.sleep(max(0.0, pause - (time.monotonic() - started)))
     finally:
         if acting:
             leases.release(LEASE, holder)

@@ -198,6 +198,9 @@ def sbatch_directives(spec: JobSpec, site: SlurmSite) -> list[str]:
         # The server's own environment (its database URL, its keys) must not
         # reach a run: the script sets everything a run sees.
         "--export=NONE",
+        # A node failure ends the run (failed) instead of Slurm running it
+        # again behind the run's back, unbilled and unfollowed.
+        "--no-requeue",
     ]
     return ["#SBATCH " + line for line in lines]
 

@@ -1,8 +1,10 @@
 """One shape for every API error: {"error": message}, with its status."""
-from flask import jsonify, render_template, request
+from flask import current_app, jsonify, render_template, request
+from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException
 
 from app.api import bp
+from app.extensions import db
 from app.services.errors import ServiceError
 
 
@@ -19,6 +21,16 @@ def error_response(status: int, message: str, headers: dict | None = None):
 @bp.app_errorhandler(HTTPException)
 def handle_http_error(exc: HTTPException):
     return error_response(exc.code or 500, exc.description)
+
+
+@bp.app_errorhandler(OperationalError)
+def handle_database_error(exc: OperationalError):
+    """The database gone or unwritable (a full disk, a server restarting) is
+    the service being unavailable, not a bug: nothing was changed."""
+    db.session.rollback()
+    current_app.logger.error("database: %s", exc.orig)
+    return error_response(503, "the database is not available right now; nothing was "
+                               "changed, try again in a moment", {"Retry-After": "5"})
 
 
 @bp.app_errorhandler(ServiceError)

@@ -14,6 +14,7 @@
 #SBATCH --error=/srv/div/runs/acme/run-k4t9/stderr
 #SBATCH --open-mode=append
 #SBATCH --export=NONE
+#SBATCH --no-requeue
 
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
