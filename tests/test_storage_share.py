@@ -7,6 +7,8 @@ import hashlib
 import io
 import os
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +50,18 @@ def test_a_full_share_refuses_the_file_and_keeps_what_was_stored(small_share):
         _put(org, "kept.bin", os.urandom(3_000_000))
     assert (small_share / "share/acme/vol/kept.bin").read_bytes() == kept
     assert os.listdir(small_share / "share/acme/.uploads") == []
+
+
+def test_parts_left_by_killed_uploads_are_swept(small_share):
+    org = get_or_create_org("acme")
+    ensure_volume(org, "vol")
+    uploads = Path(storage.uploads_dir(org))
+    old, fresh = uploads / ".0000000000000000.part", uploads / ".1111111111111111.part"
+    for part in (old, fresh):
+        part.write_bytes(b"half an upload")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    _put(org, "new.bin", b"new")
+    assert not old.exists() and fresh.exists()              # an upload may still own it
 
 
 def test_a_file_whose_bytes_do_not_match_its_hash_is_not_stored(small_share):

@@ -378,6 +378,19 @@ def uploads_dir(org: Org) -> str:
     return uploads
 
 
+def sweep_stale_parts(folder: str) -> None:
+    """Deletes what uploads killed mid-way left behind: a part older than
+    twice the longest an upload may take is no one's any more."""
+    stale = time.time() - 2 * MAX_FILE_SECONDS
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.endswith(".part") and entry.name.startswith(".") and \
+                    entry.is_file(follow_symlinks=False) and \
+                    entry.stat(follow_symlinks=False).st_mtime < stale:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+
 def receive_verified(folder: str, stream, length: int | None, sha256: str) -> str:
     """Writes the stream to a temporary file in `folder`, within the limits
     (256 MB, 5 minutes), checks its hash and records it (_remember_hash's
@@ -386,6 +399,7 @@ def receive_verified(folder: str, stream, length: int | None, sha256: str) -> st
     volume files both arrive through here."""
     if length is not None and length > MAX_FILE_BYTES:
         raise Invalid(f"a file may be at most 256 MB ({length / 1e6:.0f} MB sent)")
+    sweep_stale_parts(folder)
     temp = os.path.join(folder, f".{secrets.token_hex(8)}.part")
     deadline = time.monotonic() + MAX_FILE_SECONDS
     digest, size = hashlib.sha256(), 0
