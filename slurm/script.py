@@ -82,8 +82,12 @@ div_cleanup() {
         div_is_volume "$name" && continue
         totals=$(find "$entry" -type f -printf '%s\n' | awk '{n++; s+=$1} END {print n+0, s+0}')
         [ "${totals% *}" -gt 0 ] || continue
-        awk -v b="${totals#* }" -v n="$name" \
-            'BEGIN {printf "%.1f MB written to /mnt/%s was lost: it is not a volume\n", b/1e6, n}' >&2
+        # Decimal units, as the upload line writes them: 1.6 KB, never 0.0 MB.
+        awk -v b="${totals#* }" -v n="$name" 'BEGIN {
+            split("KB MB GB TB", units); size = b "";
+            if (b >= 1000) { for (i = 1; b >= 1000 && i <= 4; i++) { b /= 1000; u = units[i] }
+                             size = sprintf("%.1f %s", b, u) } else size = b " B";
+            printf "%s written to /mnt/%s was lost: it is not a volume\n", size, n }' >&2
     done
     rm -rf "$scratch"
 }

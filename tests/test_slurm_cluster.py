@@ -26,7 +26,7 @@ def test_gpu_job_sees_code_and_volume_and_loses_scratch(slurm, job_dirs):
         "python train.py && cat /mnt/data/input.txt && echo \"gpus=$CUDA_VISIBLE_DEVICES\" "
         "&& echo oops >&2 && echo ckpt > /mnt/data/ckpt.txt && echo tmp > /workspace/junk.txt "
         "&& mkdir -p /mnt/scratchy && head -c 2500000 /dev/zero > /mnt/scratchy/blob "
-        "&& ls /mnt")
+        "&& mkdir -p /mnt/tiny && head -c 1600 /dev/zero > /mnt/tiny/note && ls /mnt")
     job = submit(slurm, spec_for(job_dirs, command, gpu_type="h100", gpus=2, cpus=2,
                                  memory_gib=16))
     record = wait_for_end(slurm, job)
@@ -40,7 +40,9 @@ def test_gpu_job_sees_code_and_volume_and_loses_scratch(slurm, job_dirs):
     # What the run wrote to the volume stays; the rest of /mnt and /workspace go.
     assert (volumes / "data" / "ckpt.txt").read_text() == "ckpt\n"
     assert not (code / "junk.txt").exists()
-    assert stderr.rstrip().endswith("2.5 MB written to /mnt/scratchy was lost: it is not a volume")
+    lost = stderr.rstrip().splitlines()[-2:]       # in the upload line's units, never 0.0 MB
+    assert sorted(lost) == ["1.6 KB written to /mnt/tiny was lost: it is not a volume",
+                            "2.5 MB written to /mnt/scratchy was lost: it is not a volume"]
     assert "scratchy" in stdout.split("gpus=")[1]
 
 
