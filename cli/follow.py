@@ -49,6 +49,10 @@ class LogWriter:
         self.files = {"stdout": sys.stdout.buffer, "stderr": sys.stderr.buffer}
         self.offsets = {"stdout": 0, "stderr": 0}
         self.last = {"stdout": b"\n", "stderr": b"\n"}
+        # On one terminal both streams are one screen: what matters is the
+        # last byte written to either.
+        self.one_screen = sys.stdout.isatty() and sys.stderr.isatty()
+        self.last_on_screen = b"\n"
 
     def write(self, event: dict) -> None:
         stream = event["stream"]
@@ -63,13 +67,14 @@ class LogWriter:
         if data:
             self.files[stream].write(data)
             self.files[stream].flush()
-            self.last[stream] = data[-1:]
+            self.last[stream] = self.last_on_screen = data[-1:]
         self.offsets[stream] = max(self.offsets[stream], end)
 
     def end_line(self) -> None:
         """What follows on stderr starts a line of its own, even after a log
         that ended without a newline."""
-        if self.last["stderr"] != b"\n":
+        last = self.last_on_screen if self.one_screen else self.last["stderr"]
+        if last != b"\n":
             self.files["stderr"].write(b"\n")
 
 

@@ -110,3 +110,26 @@ def test_fifty_followers_and_div_run_still_answers(stack, project):
     for thread in threads:
         thread.join(timeout=60)
     assert ends == ["canceled"] * 50
+
+
+def test_on_a_terminal_the_last_line_starts_a_line_of_its_own(stack, project):
+    """stdout and stderr on one terminal are one screen: after a log that
+    ends without a newline, the last line still starts at the left edge."""
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([str(VENV_BIN / "div"), "run", "--gpu", "cpu", "--no-upload",
+                             "--name", "no-newline-tty", "--", "printf 'no newline here'"],
+                            cwd=project, env=stack.div_env(), stdout=terminal, stderr=terminal,
+                            stdin=subprocess.DEVNULL)
+    os.close(terminal)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(controller)
+    assert proc.wait(timeout=60) == 0
+    assert b"no newline here\r\nno-newline-tty finished in " in seen, seen
