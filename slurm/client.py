@@ -58,6 +58,10 @@ class SlurmClient:
     def submit(self, script: str) -> str:
         """Submits a batch script (on stdin) and returns the job id."""
         result = self._call(["sbatch", "--parsable"], stdin=script)
+        if "Unable to contact slurm controller" in result.stderr:
+            # Not a refusal: the same job goes in once the controller is back.
+            raise SlurmUnreachable(f"Slurm's controller does not answer "
+                                   f"({_slurm_message(result)})")
         if "Batch job submission failed" in result.stderr:
             raise SubmitRefused(f"Slurm refused the job: {_slurm_message(result)}")
         out = self._check(["sbatch"], result).stdout.strip()

@@ -94,6 +94,16 @@ def test_the_doctor_reports_a_stopped_slurmctld(stack, project):
         assert "slurmctld running" in lines[2]
         assert lines[3] == "BAD accounting: not checked: Slurm does not answer"
         assert lines[1].startswith("ok  database") and "problems found" in sick.stderr
+        # A run asked for now is not refused: the service is unavailable (503).
+        down = stack.div("run", "--gpu", "cpu", "--no-upload", "--name", "while-ctl-down", "--",
+                         "true", cwd=project)
+        assert down.returncode == 1
+        assert down.stderr.decode().splitlines()[-1].startswith(
+            "Slurm did not take the run: Slurm's controller does not answer (")
+        assert "nothing was started, try again" in down.stderr.decode()
     finally:
         subprocess.run([str(ROOT / "slurm/dev/up")], check=True, capture_output=True)
     assert _slurmctld_answers()
+    again = stack.div("run", "--gpu", "cpu", "--no-upload", "--name", "while-ctl-down", "--",
+                      "true", cwd=project)
+    assert again.returncode == 0, again.stderr             # the name was never taken

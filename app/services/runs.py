@@ -256,7 +256,8 @@ def _submit(org: Org, script: str) -> str:
         raise Refused(str(exc)) from None
     except SlurmError as exc:
         db.session.rollback()
-        raise Unavailable(f"Slurm did not take the run: {exc}") from None
+        raise Unavailable(f"Slurm did not take the run: {exc}; nothing was started, "
+                          "try again") from None
 
 
 def find_run(org: Org, name: str) -> Run:
