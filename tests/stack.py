@@ -145,6 +145,21 @@ class Stack:
             time.sleep(0.2)
 
 
+def read_terminal(controller: int) -> bytes:
+    """All a pty's other end saw, until the program on it has closed it."""
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:   # EIO: nothing holds the terminal any more
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(controller)
+    return seen
+
+
 def start_stack(port: int, postgres_admin_url: str) -> Stack:
     """The stack in a folder of its own under /tmp: the service user it runs
     as must reach it, and pytest's own folders are root's alone."""

@@ -10,7 +10,7 @@ import time
 
 import requests
 
-from tests.stack import VENV_BIN
+from tests.stack import VENV_BIN, read_terminal
 
 
 def _wait_for(predicate, timeout=60):
@@ -121,15 +121,6 @@ def test_on_a_terminal_the_last_line_starts_a_line_of_its_own(stack, project):
                             cwd=project, env=stack.div_env(), stdout=terminal, stderr=terminal,
                             stdin=subprocess.DEVNULL)
     os.close(terminal)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(controller, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(controller)
+    seen = read_terminal(controller)
     assert proc.wait(timeout=60) == 0
     assert b"no newline here\r\nno-newline-tty finished in " in seen, seen

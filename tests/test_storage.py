@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.stack import VENV_BIN
+from tests.stack import VENV_BIN, read_terminal
 
 
 def sha(path: Path) -> str:
@@ -225,17 +225,8 @@ def test_progress_on_a_terminal_only(stack, project):
                             cwd=project, env=stack.div_env(), stderr=terminal,
                             stdin=subprocess.DEVNULL)
     os.close(terminal)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(controller, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
+    seen = read_terminal(controller)
     assert proc.wait() == 0
-    os.close(controller)
     assert re.search(rb"\r\x1b\[Kput [\d.]+ [KMG]?B / 64\.0 MB  [\d.]+ [KMG]?B/s  ETA \d+s", seen)
     piped = stack.div("storage", "put", "bulk-pipe", "./bulk", cwd=project)
     assert piped.stderr.decode() == "8 files, 64.0 MB → bulk-pipe/bulk\n"
