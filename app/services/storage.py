@@ -378,10 +378,19 @@ def uploads_dir(org: Org) -> str:
     return uploads
 
 
+_last_swept: dict[str, float] = {}
+
+
 def sweep_stale_parts(folder: str) -> None:
     """Deletes what uploads killed mid-way left behind: a part older than
-    twice the longest an upload may take is no one's any more."""
-    stale = time.time() - 2 * MAX_FILE_SECONDS
+    twice the longest an upload may take is no one's any more. A folder is
+    looked at once a minute at most, not once a file: a bundle of 10,000
+    small files would otherwise list the folder 10,000 times."""
+    now = time.time()
+    if now - _last_swept.get(folder, 0.0) < 60:
+        return
+    _last_swept[folder] = now
+    stale = now - 2 * MAX_FILE_SECONDS
     with os.scandir(folder) as entries:
         for entry in entries:
             if entry.name.endswith(".part") and entry.name.startswith(".") and \
