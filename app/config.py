@@ -36,6 +36,11 @@ class Config:
     DIV_SITE_FILE = os.environ.get("DIV_SITE_FILE")
     # Seconds between the reconciler's Slurm queries.
     DIV_RECONCILE_INTERVAL = float(os.environ.get("DIV_RECONCILE_INTERVAL", "1.0"))
+    # How long after a run is recorded the reconciler waits for its job to
+    # show in Slurm before it settles the run as never submitted: longer than
+    # any sbatch can take (the transports give up after 60 s; SSH connects
+    # within 10 s more). A site with a slower login node raises it.
+    DIV_SUBMIT_GRACE = float(os.environ.get("DIV_SUBMIT_GRACE", "120"))
     # Keys that encrypt secrets at rest (Fernet, comma-separated; the first
     # encrypts, all decrypt, so a key can be rotated: `flask rotate-secrets`).
     # None: made once and kept in instance/secrets_key.

@@ -23,6 +23,7 @@ from app.services.pricing import cost
 from app.services.runs import LIVE, run_dir, run_json
 from app.services.errors import Unavailable
 from app.services.schedules import fire_due
+from app.services.submissions import settle_unsubmitted
 from app.services.secrets import masked_metrics, remove_secrets_file
 from app.services.usage import month_spend
 from app.services.slurm_access import slurm_client
@@ -49,7 +50,9 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None,
         # yet: the run has ended only once its final record is there.
         status = "running"
     run.pending_reason = record.reason if status == "queued" else None
-    run.started_at = run.started_at or _moment(record.start)
+    if status != "queued":
+        # A waiting job's start is Slurm's estimate, not a start.
+        run.started_at = run.started_at or _moment(record.start)
     if record.elapsed_seconds is not None:
         run.elapsed_seconds = record.elapsed_seconds
     if run.started_at is not None:
@@ -66,7 +69,8 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None,
         if state_dir is not None and run.secrets_sealed:
             remove_secrets_file(state_dir)
         run.slurm_state = record.state
-        run.exit_code = record.exit_code
+        # A node failure or preemption ends a job 0:0: the run has no code of its own.
+        run.exit_code = None if status == "failed" and not record.exit_code else record.exit_code
         run.ended_at = _moment(record.end)
     run.status = status
     if record.finished and run.checks:
@@ -115,11 +119,16 @@ def stop_orgs_at_their_limit(live: list[Run], orgs: dict[int, Org]) -> None:
 
 def reconcile_once() -> int:
     """One cycle over every live run of every org; returns how many changed."""
+    return settle_unsubmitted() + follow_jobs()
+
+
+def follow_jobs() -> int:
+    """Every live run with a job: its state, cost and metrics from Slurm."""
     live = list(db.session.execute(
         db.select(Run).where(Run.status.in_(LIVE), Run.slurm_job_id.is_not(None))).scalars())
     if not live:
         return 0
-    records = slurm_client().query([run.slurm_job_id for run in live])
+    records = slurm_client().query([run.slurm_job_id for run in live], squeue_alone=True)
     orgs = {org.id: org for org in db.session.execute(
         db.select(Org).where(Org.id.in_({run.org_id for run in live}))).scalars()}
     changed, metrics_left = 0, defaultdict(lambda: ORG_CYCLE_BUDGET)

@@ -57,7 +57,11 @@ def compare(label: str, ours: list[float], theirs: list[float], nbytes: int) -> 
 def fresh(vol: str) -> None:
     subprocess.run([DIV, "storage", "rm", vol, "--yes"], env=div_env(), capture_output=True)
     shutil.rmtree(SHARE / "bench-cp", ignore_errors=True)
-    (SHARE / "bench-cp").mkdir(parents=True, exist_ok=True)
+    # The org's folder is the service user's (the server writes there); only
+    # cp's own folder in it is root's.
+    subprocess.run([str(ROOT / "scripts" / "services"), "exec", "mkdir", "-p", str(SHARE)],
+                   check=True, capture_output=True)
+    (SHARE / "bench-cp").mkdir(exist_ok=True)
 
 
 def main() -> None:

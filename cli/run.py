@@ -4,12 +4,14 @@ code the docs' table gives."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
 import click
 
-from cli.context import pass_api
+from cli.api import ApiError
+from cli.context import fail, pass_api
 from cli.flags import (GPU_TYPES, check_hardware, command_for, parse_check, parse_env,
                        parse_image, parse_memory, parse_name, parse_secret_name, parse_usd,
                        parse_volume, safe_project_name)
@@ -17,6 +19,8 @@ from cli.follow import follow
 from cli.output import count, exit_code_for, print_json
 from cli.upload import format_bytes, hash_files, list_files, upload
 
+# What the server answers for a request it will not take as it is.
+REFUSALS = (400, 404, 409, 422)
 DEFAULT_IMAGE = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime"
 
 
@@ -80,7 +84,8 @@ def run(api, detach: bool, as_json: bool, **flags):
       div run --gpu h100 train.py::run --max-spend 5
       div run --detach -- torchrun --nproc-per-node 8 train.py
     """
-    body = run_request(api, flags, click.get_current_context().meta["after_dashes"])
+    body = run_request(api, flags, click.get_current_context().meta["after_dashes"],
+                       lambda request: check_first(api, "/runs/check", request))
     created = api.post("/runs", body)
     started = created["run"]
     click.echo(created["header"], err=True)
@@ -100,9 +105,23 @@ def run(api, detach: bool, as_json: bool, **flags):
     sys.exit(exit_code_for(end["run"]))
 
 
-def run_request(api, params: dict, after_dashes: bool) -> dict:
-    """The request for POST /runs from `div run`'s parsed flags, the code
-    uploaded first (unless --no-upload). `div schedule create` uses it too."""
+def check_first(api, path: str, body: dict) -> None:
+    """The server's check of the whole request, before anything is uploaded:
+    what it refuses (a secret that does not exist, GPUs no partition has, a
+    name in use) is bad input, exit 2, as a bad flag is."""
+    try:
+        api.post(path, body)
+    except ApiError as exc:
+        if exc.status not in REFUSALS:
+            raise
+        fail(str(exc), 2)
+
+
+def run_request(api, params: dict, after_dashes: bool,
+                check: Callable[[dict], None]) -> dict:
+    """The request for POST /runs from `div run`'s parsed flags, checked by
+    `check` and then the code uploaded (unless --no-upload). `div schedule
+    create` uses it too."""
     command = command_for(params["words"], after_dashes)
     gpu, gpus, cpus, memory = params["gpu"], params["gpus"], params["cpus"], params["memory"]
     check_hardware(gpu, gpus, cpus or gpus, memory or 1)
@@ -116,6 +135,7 @@ def run_request(api, params: dict, after_dashes: bool) -> dict:
             "checks": [c["check"] for c in params["checks"]],
             "telemetry": telemetry.read_text() if telemetry else None,
             "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f")}
+    check(body)
     if not no_upload:
         paths = list_files(root)
         if not paths:

@@ -7,7 +7,7 @@ import click
 from cli.context import pass_api
 from cli.flags import parse_name
 from cli.output import print_json, started, table
-from cli.run import run, run_request
+from cli.run import check_first, run, run_request
 
 
 @click.group("schedule")
@@ -35,7 +35,8 @@ def schedule_create(api, cron: str, name: str | None, run_args: tuple[str, ...])
     run_ctx = run.make_context("div schedule create -- ", list(run_args))
     flags = {k: v for k, v in run_ctx.params.items()
              if k not in ("detach", "as_json", "token", "api_url")}
-    body = run_request(api, flags, run_ctx.meta["after_dashes"])
+    body = run_request(api, flags, run_ctx.meta["after_dashes"], lambda request: check_first(
+        api, "/schedules/check", {"cron": cron, "name": name, "run": request}))
     made = api.post("/schedules", {"cron": cron, "name": name, "run": body})["schedule"]
     click.echo(f"schedule {made['name']}: {made['cron']} (UTC), next run at "
                f"{started(made['next_at'])}", err=True)

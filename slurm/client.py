@@ -3,11 +3,14 @@ run it through the injected transport, check the return code and stderr,
 parse into typed records."""
 from __future__ import annotations
 
+import logging
 import time
 
 from slurm.records import (SACCT_FIELDS, SINFO_FIELDS, SQUEUE_FORMAT, JobRecord, NodeRecord,
                            merge, parse_sacct, parse_sinfo_nodes, parse_squeue)
 from slurm.transport import CommandResult, LocalTransport, TransportError
+
+log = logging.getLogger("divergent.slurm")
 
 # Epoch seconds: sacct otherwise prints the controller's local time, no zone.
 TIME_ENV = {"SLURM_TIME_FORMAT": "%s"}
@@ -21,6 +24,10 @@ class SlurmUnreachable(SlurmError):
     """The transport could not run Slurm's commands at all (SSH down, ...)."""
 
 
+class SubmitNotReceived(SlurmUnreachable):
+    """sbatch never reached the controller: no job was made."""
+
+
 class SubmitRefused(SlurmError):
     """Slurm will never run this job as asked (more than the cluster has, a
     bad account, ...)."""
@@ -28,6 +35,7 @@ class SubmitRefused(SlurmError):
 
 def _slurm_message(result: CommandResult) -> str:
     lines = [line.split("error: ", 1)[-1].removeprefix("Batch job submission failed: ")
+             .removeprefix("allocation failure: ")
              for line in result.stderr.splitlines() if line.strip()]
     return "; ".join(dict.fromkeys(lines)) or f"exit code {result.returncode}"
 
@@ -55,13 +63,17 @@ class SlurmClient:
             raise SlurmError(f"{argv[0]}: {_slurm_message(result)}")
         return result
 
-    def submit(self, script: str) -> str:
-        """Submits a batch script (on stdin) and returns the job id."""
-        result = self._call(["sbatch", "--parsable"], stdin=script)
+    def _sbatch(self, argv: list[str], script: str) -> CommandResult:
+        result = self._call(argv, stdin=script)
         if "Unable to contact slurm controller" in result.stderr:
             # Not a refusal: the same job goes in once the controller is back.
-            raise SlurmUnreachable(f"Slurm's controller does not answer "
-                                   f"({_slurm_message(result)})")
+            raise SubmitNotReceived(f"Slurm's controller does not answer "
+                                    f"({_slurm_message(result)})")
+        return result
+
+    def submit(self, script: str) -> str:
+        """Submits a batch script (on stdin) and returns the job id."""
+        result = self._sbatch(["sbatch", "--parsable"], script)
         if "Batch job submission failed" in result.stderr:
             raise SubmitRefused(f"Slurm refused the job: {_slurm_message(result)}")
         out = self._check(["sbatch"], result).stdout.strip()
@@ -70,11 +82,21 @@ class SlurmClient:
             raise SlurmError(f"sbatch: unexpected answer {out!r}")
         return job_id
 
+    def test_submit(self, script: str) -> None:
+        """Whether Slurm would take the batch script (sbatch --test-only):
+        SubmitRefused with Slurm's reason if not. Nothing is queued."""
+        result = self._sbatch(["sbatch", "--test-only"], script)
+        if result.returncode != 0:
+            raise SubmitRefused(f"Slurm refused the job: {_slurm_message(result)}")
+
     def cancel(self, job_id: str) -> None:
         self._run(["scancel", _job_id(job_id)])
 
-    def query(self, job_ids: list[str]) -> dict[str, JobRecord]:
-        """Records for many jobs in one squeue and one sacct call."""
+    def query(self, job_ids: list[str], squeue_alone: bool = False) -> dict[str, JobRecord]:
+        """Records for many jobs in one squeue and one sacct call. With
+        `squeue_alone`, an accounting that does not answer (slurmdbd down)
+        leaves squeue's answer: live jobs go on being followed, and an ended
+        one waits for its final record."""
         ids = ",".join(_job_id(j) for j in job_ids)
         if not ids:
             return {}
@@ -82,9 +104,36 @@ class SlurmClient:
         live = self._run(["squeue", "--noheader", "--states=all", f"--jobs={ids}",
                           f"--format={SQUEUE_FORMAT}"],
                          ok_errors=("Invalid job id",)).stdout
-        accounted = self._run(["sacct", "--noheader", "--parsable2", "--allocations",
-                               f"--jobs={ids}", f"--format={SACCT_FIELDS}"]).stdout
+        try:
+            # Steps too: an out-of-memory kill shows only in a step's state.
+            accounted = self._run(["sacct", "--noheader", "--parsable2", f"--jobs={ids}",
+                                   f"--format={SACCT_FIELDS}"]).stdout
+        except SlurmError as exc:
+            if not squeue_alone:
+                raise
+            log.warning("accounting did not answer, following squeue alone: %s", exc)
+            accounted = ""
         return merge(parse_squeue(live), parse_sacct(accounted), int(time.time()))
+
+    def jobs_named(self, names: list[str], account: str, since_seconds: int) -> dict[str, str]:
+        """Job ids by job name, of jobs of `account` that squeue or sacct
+        knows (submitted in the last `since_seconds`); the lowest id when a
+        name has several."""
+        wanted = ",".join(names)
+        if not wanted:
+            return {}
+        live = self._run(["squeue", "--noheader", "--states=all", f"--name={wanted}",
+                          f"--account={account}", "--format=%i|%j"]).stdout
+        accounted = self._run(["sacct", "--noheader", "--parsable2", "--allocations",
+                               f"--name={wanted}", f"--accounts={account}",
+                               f"--starttime=now-{since_seconds}",
+                               "--format=JobIDRaw,JobName"]).stdout
+        found: dict[str, str] = {}
+        for line in (live + "\n" + accounted).splitlines():
+            job_id, _, name = line.partition("|")
+            if job_id.isdigit() and name in names:
+                found[name] = min(found.get(name, job_id), job_id, key=int)
+        return found
 
     def nodes(self) -> dict[str, NodeRecord]:
         """Every node with its state, cores and GPUs in use, from one sinfo."""

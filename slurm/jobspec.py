@@ -29,6 +29,12 @@ RESERVED_ENV = re.compile(
 IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
 
 
+def job_name(run_name: str) -> str:
+    """The Slurm job name of a run: how the reconciler finds a job whose id
+    the server never recorded (DESIGN.md "A run and its job")."""
+    return f"div-{run_name}"
+
+
 class InvalidJobSpec(ValueError):
     """A JobSpec value that must never reach a batch script."""
 

@@ -53,12 +53,19 @@ def parse_squeue(output: str) -> dict[str, JobRecord]:
 
 
 def parse_sacct(output: str) -> dict[str, JobRecord]:
-    """One record per job (allocation lines only, as with -X)."""
-    records = {}
+    """One record per job, from its allocation line. Of its steps' lines
+    ("87.batch", "87.0") only one fact is kept: a step that ran out of
+    memory makes a FAILED job OUT_OF_MEMORY (the cgroup kill shows there;
+    the job itself ends FAILED 9:0)."""
+    records, out_of_memory = {}, set()
     for line in output.splitlines():
         if not line:
             continue
         job_id, state, exit_code, start, end, elapsed, nodes, reason = line.split("|", 7)
+        if "." in job_id:
+            if state == "OUT_OF_MEMORY":
+                out_of_memory.add(job_id.split(".", 1)[0])
+            continue
         code, _, sig = exit_code.partition(":")
         records[job_id] = JobRecord(
             job_id,
@@ -72,6 +79,9 @@ def parse_sacct(output: str) -> dict[str, JobRecord]:
             elapsed_seconds=int(elapsed) if elapsed.isdigit() else None,
             nodes="" if nodes == "None assigned" else nodes,
         )
+    for job_id in out_of_memory:
+        if job_id in records and records[job_id].state == "FAILED":
+            records[job_id].state = "OUT_OF_MEMORY"
     return records
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 
-from slurm.jobspec import JobSpec, SlurmSite, check_env_name
+from slurm.jobspec import JobSpec, SlurmSite, check_env_name, job_name
 
 METRICS_PATH = "/div/metrics.jsonl"
 # The run's secrets, in its state folder (0600) until the batch script has
@@ -176,7 +176,7 @@ exit "$rc"
 def sbatch_directives(spec: JobSpec, site: SlurmSite) -> list[str]:
     nodes = spec.nodes(site)
     lines = [
-        f"--job-name=div-{spec.run_name}",
+        f"--job-name={job_name(spec.run_name)}",
         f"--account={spec.account}",
         f"--partition={site.partitions[spec.gpu_type]}",
         f"--nodes={nodes}",
@@ -194,10 +194,11 @@ def sbatch_directives(spec: JobSpec, site: SlurmSite) -> list[str]:
     lines += [
         # Never the server's own folder: apptainer would mount the cwd.
         f"--chdir={spec.state_dir}",
-        f"--output={spec.state_dir}/stdout",
-        f"--error={spec.state_dir}/stderr",
-        # Each node appends to the same files; truncating would let the batch
-        # step's own writes land over theirs.
+        # Slurm's own lines (slurmstepd's "*** JOB 87 CANCELLED ... DUE TO
+        # TIME LIMIT ***", srun's) go to a file for admins, never into the
+        # run's log: each node writes the run's stdout and stderr itself.
+        f"--output={spec.state_dir}/slurm.log",
+        f"--error={spec.state_dir}/slurm.log",
         "--open-mode=append",
         # The server's own environment (its database URL, its keys) must not
         # reach a run: the script sets everything a run sees.

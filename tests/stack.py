@@ -1,4 +1,4 @@
-"""The whole service for end-to-end tests: a fresh PostgreSQL database, the
+"""The whole service for end-to-end tests: a fresh PostgreSQL (or SQLite) database, the
 API server (gunicorn, as `make up` starts it) on a free port, the reconciler,
 and the real `div` command run as a subprocess against them."""
 from __future__ import annotations
@@ -51,6 +51,8 @@ class Stack:
     port: int
     database_url: str
     tokens: dict[str, str] = field(default_factory=dict)
+    # The services' own settings beyond the stack's (a PATH, a grace).
+    settings: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -77,6 +79,7 @@ class Stack:
                    DATABASE_URL=self.database_url, DIV_DATA_DIR=str(self.data_dir),
                    DIV_RECONCILE_INTERVAL="0.3", FLASK_APP="wsgi.py",
                    PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
+        env.update(self.settings)
         return env
 
     def services(self, action: str, what: str = "all") -> None:
@@ -160,11 +163,16 @@ def read_terminal(controller: int) -> bytes:
     return seen
 
 
-def start_stack(port: int, postgres_admin_url: str) -> Stack:
+def start_stack(port: int, postgres_admin_url: str | None,
+                database: str = "divergent_e2e", settings: dict[str, str] | None = None) -> Stack:
     """The stack in a folder of its own under /tmp: the service user it runs
-    as must reach it, and pytest's own folders are root's alone."""
+    as must reach it, and pytest's own folders are root's alone. A fresh
+    PostgreSQL database `database`, or SQLite in that folder without a
+    PostgreSQL URL."""
     base = service_folder("div-stack-")
-    stack = Stack(base, port, fresh_postgres_database(postgres_admin_url, "divergent_e2e"))
+    url = (fresh_postgres_database(postgres_admin_url, database) if postgres_admin_url
+           else f"sqlite:///{base}/divergent.db")
+    stack = Stack(base, port, url, settings=dict(settings or {}))
     (base / "home").mkdir(parents=True, exist_ok=True)
     stack.flask("db", "upgrade")
     stack.services("start")

@@ -14,7 +14,7 @@ from app.services.follow_slots import take_follower_slot
 from app.services.logs import STREAMS, log_events
 from app.services.run_text import header_line, summary_line, waiting_text
 from app.services.secrets import log_masker
-from app.services.runs import (LIVE, create_run, find_run, list_runs, parse_request, run_dir,
+from app.services.runs import (LIVE, check_run, create_run, find_run, list_runs, parse_request, run_dir,
                                run_json, stop_run)
 
 
@@ -23,6 +23,14 @@ from app.services.runs import (LIVE, create_run, find_run, list_runs, parse_requ
 def runs_create():
     run = create_run(g.user, parse_request(request.get_json(silent=True)))
     return jsonify(run=run_json(run), header=header_line(run)), 201
+
+
+@bp.post("/runs/check")
+@token_required
+def runs_check():
+    """Whether POST /runs would take this run, before its code is uploaded."""
+    check_run(g.user, parse_request(request.get_json(silent=True)))
+    return jsonify(ok=True)
 
 
 @bp.get("/runs")

@@ -7,7 +7,7 @@ from flask import g, jsonify, request
 from app.api import bp
 from app.api.auth import token_required
 from app.services.errors import Invalid
-from app.services.schedules import (create_schedule, delete_schedule, schedule_json,
+from app.services.schedules import (check_schedule, create_schedule, delete_schedule, schedule_json,
                                     schedules_of)
 
 
@@ -17,12 +17,26 @@ def schedules_list():
     return jsonify(schedules=[schedule_json(row) for row in schedules_of(g.user.org)])
 
 
-@bp.post("/schedules")
-@token_required
-def schedules_create():
+def _schedule_body() -> dict:
     body = request.get_json(silent=True)
     if not isinstance(body, dict):
         raise Invalid('send {"cron": "0 3 * * *", "run": {...}}')
+    return body
+
+
+@bp.post("/schedules/check")
+@token_required
+def schedules_check():
+    """Whether POST /schedules would take this, before its code is uploaded."""
+    body = _schedule_body()
+    check_schedule(g.user, body.get("cron"), body.get("run"), body.get("name"))
+    return jsonify(ok=True)
+
+
+@bp.post("/schedules")
+@token_required
+def schedules_create():
+    body = _schedule_body()
     row = create_schedule(g.user, body.get("cron"), body.get("run"), body.get("name"))
     return jsonify(schedule=schedule_json(row)), 201
 

@@ -18,6 +18,7 @@ import shutil
 from dataclasses import dataclass
 
 from app.models import Org
+from app.services.durable import sync_filesystem, sync_folder
 from app.services.errors import Invalid
 from app.services.storage import (MAX_FILE_BYTES, VolumeFolders, folders_closed,
                                   receive_verified, uploads_dir)
@@ -109,6 +110,11 @@ def store_blob(org: Org, sha: str, stream, length: int | None) -> None:
     final = _blob_path(org, sha)
     os.makedirs(os.path.dirname(final), exist_ok=True)
     os.replace(receive_verified(os.path.dirname(final), stream, length, sha), final)
+    folder = os.open(os.path.dirname(final), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        sync_folder(folder)
+    finally:
+        os.close(folder)
 
 
 def lay_out_tree(org: Org, volume: str, entries: list[FileEntry]) -> Tree:
@@ -161,11 +167,13 @@ def _build(org: Org, entries: list[FileEntry], root: str, target: str, full: str
             os.chmod(dest, 0o755 if e.executable else 0o644)
         with open(os.path.join(root, f".{os.path.basename(target)}.tree"), "w") as f:
             f.write(full + "\n")
+        sync_filesystem(root)   # a tree is complete on disk before runs are given it
         try:
             os.rename(temp, target)
         except OSError:
             if not os.path.isdir(target):   # else another request laid it out first
                 raise
+        sync_filesystem(root)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from app.models import Run
 from app.services.checks import summary as checks_summary
 from app.services.pricing import PriceTable, format_minutes, format_usd
+from app.services.submissions import NOT_SUBMITTED
 from slurm.reasons import explain_pending
 
 
@@ -70,6 +71,10 @@ def _ended_line(run: Run) -> str | None:
     if run.status == "canceled":
         return f"{run.name} was canceled after {took} and spent {spent}"
     if run.status == "failed":
+        if run.slurm_state == NOT_SUBMITTED:
+            return f"{run.name} failed before it started: Slurm never got it, and spent {spent}"
+        if run.slurm_state == "NODE_FAIL":
+            return f"{run.name} failed after {took}: a node it ran on failed, and spent {spent}"
         if run.slurm_state == "OUT_OF_MEMORY":
             return (f"{run.name} ran out of memory ({run.memory_gib} GiB) after {took} "
                     f"and spent {spent}")

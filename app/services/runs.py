@@ -2,6 +2,7 @@
 list and stop, every query scoped by org; and a run as the API's JSON."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -11,7 +12,6 @@ from dataclasses import dataclass, field
 
 from flask import current_app
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import selectinload
 
 from app.extensions import db
@@ -20,13 +20,16 @@ from app.services.checks import parse_check
 from app.services.errors import Conflict, Invalid, NotFound, Refused, Unavailable
 from app.services.pricing import PriceTable, load_prices, micros, minutes_for, usd_text
 from app.services.run_text import waiting_text
-from app.services.secrets import check_secret_name, seal, values_for_run, write_secrets_file
+from app.services.rows import add_unique
+from app.services.secrets import (check_secret_name, remove_secrets_file, seal, values_for_run,
+                                  write_secrets_file)
 from app.services.slurm_access import ensure_org_account, slurm_client, slurm_site
 from app.services.usage import minutes_left
 from app.services.code import stored_tree
-from app.services.volumes import (data_path, ensure_volume, org_dir, trees_dir,
+from app.services.submissions import adopt_job, settle_without_job
+from app.services.volumes import (ensure_volume, org_dir, run_dir, trees_dir,
                                   volumes_in_command)
-from slurm.client import SlurmError, SubmitRefused
+from slurm.client import SlurmError, SubmitNotReceived, SubmitRefused
 from slurm import jobspec
 from slurm.jobspec import (DEFAULT_IMAGE, IMAGE_REF, RUN_NAME, InvalidJobSpec, JobSpec,
                            check_env_name)
@@ -168,17 +171,12 @@ def _time_limit(org: Org, max_spend: int | None, rate: int) -> tuple[int | None,
     return spend_minutes, "spend" if spend_minutes is not None else None
 
 
-def run_dir(org: Org, name: str) -> str:
-    return data_path("runs", org.name, name)
-
-
 def _project(org: Org, name: str) -> Project:
-    project = db.session.execute(
-        db.select(Project).filter_by(org_id=org.id, name=name)).scalar_one_or_none()
+    query = db.select(Project).filter_by(org_id=org.id, name=name)
+    project = db.session.execute(query).scalar_one_or_none()
     if project is None:
-        project = Project(org_id=org.id, name=name)
-        with db.session.begin_nested():
-            db.session.add(project)
+        add_unique(Project(org_id=org.id, name=name))   # or made now by another request
+        project = db.session.execute(query).scalar_one()
     return project
 
 
@@ -188,27 +186,76 @@ def _generated_name(length: int) -> str:
 
 
 def _insert_with_name(run: Run, wanted: str | None) -> None:
-    """Unique in the org: run- and four base-36 characters, longer on collision."""
+    """Unique in the org: run- and four base-36 characters, longer on
+    collision. Committed: the run is on record before its job exists."""
     for attempt in range(8):
         run.name = wanted or _generated_name(4 + attempt // 2)
-        try:
-            with db.session.begin_nested():
-                db.session.add(run)
+        if add_unique(run):
             return
-        except IntegrityError:
-            if wanted:
-                raise Conflict(f"a run named {wanted} already exists") from None
+        if wanted:
+            raise Conflict(f"a run named {wanted} already exists")
     raise Conflict("could not find a free run name; try again")
 
 
-def create_run(user: User, req: RunRequest) -> Run:
-    org = user.org
+@dataclass
+class Sizing:
+    """What a request comes to: its hardware, its price and its --time."""
+    cpus: int
+    memory_gib: int
+    rate: int
+    minutes: int | None
+    limited_by: str | None
+
+
+def size_run(org: Org, req: RunRequest) -> Sizing:
     prices = current_prices()
-    units = req.gpus
-    cpus = req.cpus or units
-    memory = req.memory_gib or units * prices.included_gib(req.gpu)
-    rate = prices.rate(req.gpu, units, cpus, memory)
-    minutes, limited_by = _time_limit(org, req.max_spend_micros, rate)
+    cpus = req.cpus or req.gpus
+    memory = req.memory_gib or req.gpus * prices.included_gib(req.gpu)
+    rate = prices.rate(req.gpu, req.gpus, cpus, memory)
+    return Sizing(cpus, memory, rate, *_time_limit(org, req.max_spend_micros, rate))
+
+
+def _job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,
+                code_dir: str | None) -> str:
+    try:
+        return render_batch_script(JobSpec(
+            run_name=name, account=org.slurm_account, gpu_type=req.gpu, gpus=req.gpus,
+            cpus=sizing.cpus, memory_gib=sizing.memory_gib, command=req.command,
+            state_dir=run_dir(org, name), volumes_dir=org_dir(org), project=req.project,
+            image=req.image, time_limit_minutes=sizing.minutes, env=req.env,
+            code_dir=code_dir, trees_dir=trees_dir(org)), slurm_site())
+    except InvalidJobSpec as exc:
+        raise Invalid(str(exc)) from None
+
+
+def check_run(user: User, req: RunRequest) -> None:
+    """What creating the run would refuse, asked before `div run` uploads
+    anything: its secrets exist, its name is free, its spend buys a minute,
+    and Slurm would take the job (sbatch --test-only: the GPUs fit a
+    partition, the account may use it)."""
+    org = user.org
+    sizing = size_run(org, req)
+    values_for_run(org, req.secrets)
+    if req.name is not None and db.session.execute(db.select(Run.id).filter_by(
+            org_id=org.id, name=req.name)).first() is not None:
+        raise Conflict(f"a run named {req.name} already exists")
+    script = _job_script(org, req.name or "run-check", req, sizing, None)
+    try:
+        ensure_org_account(org)
+        slurm_client().test_submit(script)
+    except SubmitRefused as exc:
+        raise Refused(str(exc)) from None
+    except SlurmError as exc:
+        raise _not_taken(exc) from None
+
+
+def create_run(user: User, req: RunRequest) -> Run:
+    """The run is committed (with the job name it will have) before sbatch,
+    and its job id after: a server that dies in between leaves a run the
+    reconciler adopts by job name, or settles as failed when Slurm never got
+    it (app/services/submissions.py)."""
+    org = user.org
+    sizing = size_run(org, req)
     code_dir = None
     if req.code_ref:
         code_dir = stored_tree(org, req.code_ref)
@@ -217,47 +264,77 @@ def create_run(user: User, req: RunRequest) -> Run:
     for volume in volumes_in_command(req.command):
         ensure_volume(org, volume)
     secret_values = values_for_run(org, req.secrets)
+    project_id = _project(org, req.project).id
 
-    run = Run(org_id=org.id, project_id=_project(org, req.project).id, user_id=user.id,
-              status="queued", gpu_type=req.gpu, gpus=units, cpus=cpus, memory_gib=memory,
-              image=req.image, command=req.command, env=req.env, code_ref=req.code_ref,
-              telemetry=req.telemetry, rate_micros_per_hour=rate,
-              max_spend_micros=req.max_spend_micros, time_limit_minutes=minutes,
-              time_limit_by=limited_by, secret_names=req.secrets,
+    run = Run(org_id=org.id, project_id=project_id, user_id=user.id,
+              status="queued", gpu_type=req.gpu, gpus=req.gpus, cpus=sizing.cpus,
+              memory_gib=sizing.memory_gib, image=req.image, command=req.command,
+              env=req.env, code_ref=req.code_ref, telemetry=req.telemetry,
+              rate_micros_per_hour=sizing.rate, max_spend_micros=req.max_spend_micros,
+              time_limit_minutes=sizing.minutes, time_limit_by=sizing.limited_by,
+              secret_names=req.secrets,
               secrets_sealed=seal(json.dumps(secret_values)) if secret_values else None,
               checks=[{"check": c, "verdict": None, "value": None} for c in req.checks])
     _insert_with_name(run, req.name)
     state = run_dir(org, run.name)
-    os.makedirs(state, exist_ok=True)
     try:
-        spec = JobSpec(run_name=run.name, account=org.slurm_account, gpu_type=req.gpu,
-                       gpus=units, cpus=cpus, memory_gib=memory, command=req.command,
-                       state_dir=state, volumes_dir=org_dir(org), project=req.project,
-                       image=req.image, time_limit_minutes=minutes, env=req.env,
-                       code_dir=code_dir, trees_dir=trees_dir(org))
-        script = render_batch_script(spec, slurm_site())
-    except InvalidJobSpec as exc:
-        db.session.rollback()
-        raise Invalid(str(exc)) from None
+        script = _job_script(org, run.name, req, sizing, code_dir)
+    except Invalid:
+        _forget(run, state)
+        raise
+    os.makedirs(state, exist_ok=True)
     with open(os.path.join(state, "batch.sh"), "w") as f:
         f.write(script)   # for admins: what was submitted (no secret is in it)
     write_secrets_file(state, secret_values)
-    run.slurm_job_id = _submit(org, script)
-    db.session.commit()
+    _record_job(run, _submit(run, org, state, script))
     return run
 
 
-def _submit(org: Org, script: str) -> str:
+def _forget(run: Run, state: str) -> None:
+    """A run Slurm certainly never got: not kept, so that nothing shows a
+    run that never was and its name is free for the corrected retry."""
+    db.session.delete(run)
+    db.session.commit()
+    remove_secrets_file(state)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(state, "batch.sh"))
+    with contextlib.suppress(OSError):
+        os.rmdir(state)
+
+
+def _submit(run: Run, org: Org, state: str, script: str) -> str:
+    ensure_org_account(org)
     try:
-        ensure_org_account(org)
         return slurm_client().submit(script)
     except SubmitRefused as exc:
-        db.session.rollback()
+        _forget(run, state)
         raise Refused(str(exc)) from None
+    except SubmitNotReceived as exc:
+        _forget(run, state)
+        raise _not_taken(exc) from None
     except SlurmError as exc:
-        db.session.rollback()
-        raise Unavailable(f"Slurm did not take the run: {exc}; nothing was started, "
-                          "try again") from None
+        # sbatch may have reached the controller: the run stays, and the
+        # reconciler adopts its job or settles it as never submitted.
+        raise Unavailable(f"Slurm did not say whether it took {run.name}: {exc}; see "
+                          f"`div logs {run.name} -f` in a minute or two") from None
+
+
+def _not_taken(exc: SlurmError) -> Unavailable:
+    return Unavailable(f"Slurm did not take the run: {exc}; nothing was started, try again")
+
+
+def _record_job(run: Run, job_id: str) -> None:
+    """The job id, unless the run was settled meanwhile (stopped while
+    sbatch ran, or given up by the reconciler): then the job goes."""
+    taken = db.session.execute(sa.update(Run).where(
+        Run.id == run.id, Run.status == "queued", Run.slurm_job_id.is_(None)).values(
+        slurm_job_id=job_id)).rowcount
+    db.session.commit()
+    if not taken and run.slurm_job_id != job_id:
+        with contextlib.suppress(SlurmError):
+            slurm_client().cancel(job_id)
+        raise Conflict(f"{run.name} was {run.status} before Slurm took it; its job "
+                       f"{job_id} is canceled")
 
 
 def find_run(org: Org, name: str) -> Run:
@@ -282,9 +359,13 @@ def stop_run(run: Run) -> bool:
     if run.status not in LIVE:
         return False
     try:
-        slurm_client().cancel(run.slurm_job_id)
+        if run.slurm_job_id is None and not adopt_job(run):
+            settle_without_job(run, "canceled")   # its submit, if still going, cancels its job
+        else:
+            slurm_client().cancel(run.slurm_job_id)
     except SlurmError as exc:
         raise Unavailable(f"Slurm did not cancel the run: {exc}") from None
+    db.session.commit()
     return True
 
 

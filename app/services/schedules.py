@@ -15,8 +15,7 @@ from app.models import Org, Schedule, User, iso_utc, utcnow
 from app.services.cron import CronError, parse_cron
 from app.services.errors import Conflict, Invalid, ServiceError
 from app.services.orgs import all_named, find_named
-from app.services.runs import create_run, parse_request
-from app.services.secrets import values_for_run
+from app.services.runs import check_run, create_run, parse_request
 from slurm.jobspec import RUN_NAME
 
 log = logging.getLogger("divergent.schedules")
@@ -32,19 +31,28 @@ def _cron(text: object):
         raise Invalid(f"cron: {exc}") from None
 
 
-def create_schedule(user: User, cron_text: object, run_request: object,
-                    name: str | None = None) -> Schedule:
+def check_schedule(user: User, cron_text: object, run_request: object,
+                   name: object = None) -> tuple[str, datetime, str]:
+    """What creating the schedule would refuse, asked before `div schedule
+    create` uploads anything: its cron, its name and its run (as `div run`
+    would be checked). Returns the cron, its next time and the name."""
     cron, next_at = _cron(cron_text)
     req = parse_request(run_request)
     if req.name is not None:
         raise Invalid("a schedule's runs get names of their own: leave out --name")
-    values_for_run(user.org, req.secrets)      # a secret it names must exist now
     if name is not None and (not isinstance(name, str) or not RUN_NAME.fullmatch(name)):
         raise Invalid(f"invalid schedule name {name!r}: lowercase letters, digits and -")
     name = name or f"sched-{secrets.token_hex(3)}"
     if _find(user.org, name, missing_ok=True) is not None:
         raise Conflict(f"a schedule named {name} already exists")
-    row = Schedule(org_id=user.org_id, user=user, name=name, cron=cron.text,
+    check_run(user, req)      # a secret it names must exist now, its GPUs fit, ...
+    return cron.text, next_at, name
+
+
+def create_schedule(user: User, cron_text: object, run_request: object,
+                    name: str | None = None) -> Schedule:
+    cron, next_at, name = check_schedule(user, cron_text, run_request, name)
+    row = Schedule(org_id=user.org_id, user=user, name=name, cron=cron,
                    request=run_request, next_at=next_at)
     db.session.add(row)
     db.session.commit()

@@ -3,17 +3,19 @@ a client over the configured transport, one per process and transport, so a
 changed site file takes effect without a restart."""
 from __future__ import annotations
 
+import logging
 import threading
 
 from app.models import Org
 from app.services.errors import Unavailable
 from app.services.site import Site, SiteConfigError, Transport, load_site
-from slurm.client import SlurmClient
+from slurm.client import SlurmClient, SlurmError
 from slurm.jobspec import SlurmSite
 
 _lock = threading.Lock()
 _clients: dict[Transport, SlurmClient] = {}
 _accounts_known: set[str] = set()
+log = logging.getLogger("divergent.slurm")
 
 
 def current_site() -> Site:
@@ -40,5 +42,11 @@ def ensure_org_account(org: Org) -> None:
     remembered for the life of the process."""
     if org.slurm_account in _accounts_known:
         return
-    slurm_client().ensure_account(org.slurm_account)
+    try:
+        slurm_client().ensure_account(org.slurm_account)
+    except SlurmError as exc:
+        # Accounting down (slurmdbd): an account made before still works,
+        # and sbatch itself refuses one that was never made.
+        log.warning("could not make sure Slurm account %s exists: %s", org.slurm_account, exc)
+        return
     _accounts_known.add(org.slurm_account)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from app.extensions import db
 from app.models import Org, Volume
+from app.services.durable import sync_filesystem, sync_folder
 from app.services.errors import Conflict, Invalid, NotFound, ServiceError, Unavailable
 from app.services.volumes import (check_volume_name, data_path, ensure_volume, org_dir,
                                   trees_dir, volume_dir)
@@ -400,12 +401,14 @@ def sweep_stale_parts(folder: str) -> None:
                     os.unlink(entry.path)
 
 
-def receive_verified(folder: str, stream, length: int | None, sha256: str) -> str:
+def receive_verified(folder: str, stream, length: int | None, sha256: str,
+                     sync: bool = True) -> str:
     """Writes the stream to a temporary file in `folder`, within the limits
     (256 MB, 5 minutes), checks its hash and records it (_remember_hash's
     xattr, set on the open file so no second open is needed); returns the
     temporary path, for the caller to rename into place. Code blobs and
-    volume files both arrive through here."""
+    volume files both arrive through here. `sync`: the bytes are on disk
+    before it returns (a caller that stores many files syncs them at once)."""
     if length is not None and length > MAX_FILE_BYTES:
         raise Invalid(f"a file may be at most 256 MB ({length / 1e6:.0f} MB sent)")
     sweep_stale_parts(folder)
@@ -428,6 +431,8 @@ def receive_verified(folder: str, stream, length: int | None, sha256: str) -> st
                 raise Invalid("the file's bytes do not match the sha256 sent with it")
             out.flush()
             _remember_hash(out.fileno(), sha256)
+            if sync:
+                os.fsync(out.fileno())
         return temp
     except BaseException:
         if os.path.exists(temp):
@@ -435,8 +440,9 @@ def receive_verified(folder: str, stream, length: int | None, sha256: str) -> st
         raise
 
 
-def _place(folders: VolumeFolders, path: str, temp: str) -> None:
-    """Renames the verified temporary file to `path`, never through a link."""
+def _place(folders: VolumeFolders, path: str, temp: str, sync: bool) -> None:
+    """Renames the verified temporary file to `path`, never through a link;
+    with `sync`, the rename is on disk before it returns."""
     parent_rel, _, name = path.rpartition("/")
     parent = folders.folder(parent_rel, create=True)
     try:
@@ -445,16 +451,18 @@ def _place(folders: VolumeFolders, path: str, temp: str) -> None:
     except FileNotFoundError:
         pass
     os.replace(temp, name, dst_dir_fd=parent)   # replaces a link itself, never its target
+    if sync:
+        sync_folder(parent)
 
 
 def _store_verified(org: Org, folders: VolumeFolders, volume: str, path: str, stream,
-                    length: int | None, sha256: str) -> None:
+                    length: int | None, sha256: str, sync: bool = True) -> None:
     rel = clean_path(path, allow_root=False)
     _refuse_code_tree(org, volume, rel)
     folders.folder(rel.rpartition("/")[0], create=True)   # a link refused before a byte is read
-    temp = receive_verified(uploads_dir(org), stream, length, sha256)
+    temp = receive_verified(uploads_dir(org), stream, length, sha256, sync)
     try:
-        _place(folders, rel, temp)
+        _place(folders, rel, temp, sync)
     finally:
         if os.path.exists(temp):
             os.unlink(temp)
@@ -493,8 +501,10 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
                 if not member.isfile():
                     raise Invalid(f"{member.name}: a bundle holds regular files only")
                 _store_verified(org, folders, volume, member.name, bundle.extractfile(member),
-                                member.size, member.pax_headers.get("DIV.sha256", ""))
+                                member.size, member.pax_headers.get("DIV.sha256", ""),
+                                sync=False)
                 stored += 1
+        sync_filesystem(volume_dir(org, volume))   # all of it on disk before the answer
         return stored
     try:
         return _share_errors(action)

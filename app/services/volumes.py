@@ -7,11 +7,11 @@ import os
 import re
 
 from flask import current_app
-from sqlalchemy.exc import IntegrityError
 
 from app.extensions import db
 from app.models import Org, Volume
 from app.services.errors import Invalid
+from app.services.rows import add_unique
 from slurm.jobspec import VOLUME_NAME
 
 # A volume named in a command: /mnt/<name> followed by / or the name's end.
@@ -24,6 +24,11 @@ def data_path(*parts: str) -> str:
 
 def org_dir(org: Org) -> str:
     return data_path("share", org.name)
+
+
+def run_dir(org: Org, name: str) -> str:
+    """A run's state folder: its batch script, log, metrics, exit codes."""
+    return data_path("runs", org.name, name)
 
 
 def trees_dir(org: Org) -> str:
@@ -51,11 +56,7 @@ def ensure_volume(org: Org, name: str) -> str:
     exists = db.session.execute(
         db.select(Volume.id).filter_by(org_id=org.id, name=name)).scalar_one_or_none()
     if exists is None:
-        try:
-            with db.session.begin_nested():
-                db.session.add(Volume(org_id=org.id, name=name))
-        except IntegrityError:
-            pass  # made at the same moment by another request
+        add_unique(Volume(org_id=org.id, name=name))   # or made at this moment by another request
     return path
 
 

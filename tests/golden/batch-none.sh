@@ -10,8 +10,8 @@
 #SBATCH --mem=64G
 #SBATCH --time=62
 #SBATCH --chdir=/srv/div/runs/acme/run-k4t9
-#SBATCH --output=/srv/div/runs/acme/run-k4t9/stdout
-#SBATCH --error=/srv/div/runs/acme/run-k4t9/stderr
+#SBATCH --output=/srv/div/runs/acme/run-k4t9/slurm.log
+#SBATCH --error=/srv/div/runs/acme/run-k4t9/slurm.log
 #SBATCH --open-mode=append
 #SBATCH --export=NONE
 #SBATCH --no-requeue

@@ -1,0 +1,411 @@
+"""Faults injected into the real stack, on SQLite and on PostgreSQL: Slurm's
+daemons stopped (slurmctld, slurmdbd, a node's slurmd), the reconciler and
+the server SIGKILLed at the worst moments, the database unavailable. Each
+test asserts what the user saw, the runs' final states, their costs against
+sacct (`flask charges`) and, for files, their bytes (sha256)."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import DEV_STATE, POSTGRES_URL, _free_port
+from tests.stack import ROOT, VENV_BIN, Stack, service_folder, start_stack, stop_stack
+
+# Holds a real sbatch before or after it runs while a file is there, so the
+# server can be killed with a run recorded and its job not yet made, or made
+# and not yet recorded. Checks (--test-only) are never held.
+SBATCH_HOLD = """#!/bin/bash
+here=$(dirname "$0")
+hold() { [ "$1" = --test-only ] && return; while [ -e "$here/$2" ]; do sleep 0.1; done; }
+hold "$1" hold-before
+out=$({sbatch} "$@"); rc=$?
+hold "$1" hold-after
+[ -n "$out" ] && printf '%s\\n' "$out"
+exit $rc
+"""
+SUBMIT_GRACE = 8
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def faulty(request, slurm_cluster):
+    """A stack of its own (the faults must not reach the session's), with
+    sbatch behind SBATCH_HOLD and a short grace for submits that never
+    reached Slurm."""
+    hold = service_folder("div-faults-bin-")
+    (hold / "sbatch").write_text(SBATCH_HOLD.replace("{sbatch}", shutil.which("sbatch")))
+    (hold / "sbatch").chmod(0o755)
+    settings = {"PATH": f"{hold}:{VENV_BIN}:{os.environ['PATH']}",
+                "DIV_SUBMIT_GRACE": str(SUBMIT_GRACE)}
+    postgres = POSTGRES_URL if request.param == "postgresql" else None
+    stack = start_stack(_free_port(), postgres, "divergent_faults", settings)
+    stack.hold = hold
+    yield stack
+    stop_stack(stack)
+    shutil.rmtree(hold, ignore_errors=True)
+
+
+@pytest.fixture
+def code(tmp_path) -> Path:
+    folder = tmp_path / "faulty-project"
+    folder.mkdir()
+    return folder
+
+
+# --- the parts we break -------------------------------------------------
+
+def _descendants(pid: int) -> list[int]:
+    children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True,
+                              text=True).stdout.split()
+    return [int(c) for child in children for c in (child, *_descendants(int(child)))]
+
+
+def kill_server(stack: Stack) -> None:
+    """SIGKILL for the server and everything it started (a held sbatch too),
+    as a crash of its machine would."""
+    master = int((stack.base / "pids" / "server.pid").read_text())
+    for pid in [master, *_descendants(master)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _wait(lambda: not _alive(master), 10, "the server did not die")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait(condition, timeout: float, message: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(message)
+
+
+def stop_daemon(name: str) -> None:
+    """Stops one of the dev cluster's daemons (slurm/dev/up starts it again)."""
+    pid = int((DEV_STATE / "run" / f"{name}.up.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    _wait(lambda: not _alive(pid), 60, f"{name} did not stop")
+
+
+def start_daemons() -> None:
+    subprocess.run([str(ROOT / "slurm/dev/up")], check=True, capture_output=True)
+
+
+def charges_reconcile(stack: Stack) -> str:
+    """`flask charges`: every ended run billed exactly what sacct says."""
+    done = stack.flask("charges", check=False)
+    assert done.returncode == 0 and done.stdout.rstrip().endswith("difference $0.00"), \
+        done.stdout + done.stderr
+    return done.stdout
+
+
+def detached(stack: Stack, code: Path, *args: str) -> str:
+    done = stack.div("run", "--gpu", "cpu", "--no-upload", "-d", *args, cwd=code)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.decode().strip()
+
+
+def followed(stack: Stack, code: Path, name: str) -> subprocess.CompletedProcess:
+    return stack.div("logs", name, "-f", cwd=code, timeout=180)
+
+
+def last_line(done: subprocess.CompletedProcess) -> str:
+    return done.stderr.decode().rstrip("\n").rsplit("\n", 1)[-1]
+
+
+def squeue_ids(name: str) -> list[str]:
+    return subprocess.run(["squeue", "--noheader", "--states=all", f"--name=div-{name}",
+                           "--format=%i"], capture_output=True, text=True).stdout.split()
+
+
+# --- submits ------------------------------------------------------------
+
+def test_a_refused_run_is_not_kept_and_its_name_is_free(faulty, code):
+    checked = faulty.div("run", "--gpu", "h200", "--gpus", "32", "--no-upload",
+                         "--name", "too-big", "--", "true", cwd=code)
+    assert checked.returncode == 2
+    assert last_line(checked) == "Slurm refused the job: Node count specification invalid"
+    # The same refusal at submit, for a client that skips the check.
+    refused = faulty.api("POST", "/runs", json={"project": "p", "command": "true", "gpu": "h200",
+                                                "gpus": 32, "name": "too-big"})
+    assert refused.status_code == 422, refused.text
+    assert faulty.api("GET", "/runs/too-big").status_code == 404
+    again = faulty.div("run", "--gpu", "cpu", "--no-upload", "--name", "too-big", "--", "true",
+                       cwd=code)
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_server_killed_after_sbatch_leaves_a_job_the_reconciler_adopts(faulty, code):
+    (faulty.hold / "hold-after").touch()
+    user = subprocess.Popen([str(VENV_BIN / "div"), "run", "--gpu", "cpu", "--no-upload",
+                             "--name", "adopt-me", "--", "sleep 2; echo all of it"],
+                            cwd=code, env=faulty.div_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        job = _wait(lambda: squeue_ids("adopt-me"), 30, "sbatch did not run")[0]
+        kill_server(faulty)
+    finally:
+        (faulty.hold / "hold-after").unlink()
+    out, err = user.communicate(timeout=60)
+    assert user.returncode == 1 and b"API" in err.splitlines()[-1], err
+    faulty.services("start", "server")
+    run = faulty.wait_for_status("adopt-me", "succeeded", timeout=60)
+    assert run["slurm_job_id"] == job and run["cost"] != "0.00"
+    logs = followed(faulty, code, "adopt-me")
+    assert (logs.returncode, logs.stdout) == (0, b"all of it\n")
+    charges_reconcile(faulty)
+
+
+def test_a_server_killed_before_sbatch_leaves_a_run_settled_as_never_submitted(faulty, code):
+    (faulty.hold / "hold-before").touch()
+    user = subprocess.Popen([str(VENV_BIN / "div"), "run", "--gpu", "cpu", "--no-upload",
+                             "--name", "never-sent", "--", "true"],
+                            cwd=code, env=faulty.div_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        _wait(lambda: faulty.api("GET", "/runs/never-sent").status_code == 200, 30,
+              "the run was not recorded")
+        kill_server(faulty)
+    finally:
+        (faulty.hold / "hold-before").unlink()
+    user.communicate(timeout=60)
+    assert user.returncode == 1
+    faulty.services("start", "server")
+    ended = time.monotonic()
+    run = faulty.wait_for_status("never-sent", "failed", timeout=SUBMIT_GRACE + 30)
+    assert time.monotonic() - ended < SUBMIT_GRACE + 10
+    assert (run["slurm_job_id"], run["cost"], run["started_at"]) == (None, "0.00", None)
+    logs = followed(faulty, code, "never-sent")
+    assert logs.returncode == 1
+    assert last_line(logs) == ("never-sent failed before it started: Slurm never got it, "
+                               "and spent $0.00")
+    assert squeue_ids("never-sent") == []
+    # div stop on a run without a job (stopped while its submit hangs).
+    (faulty.hold / "hold-before").touch()
+    try:
+        user = subprocess.Popen([str(VENV_BIN / "div"), "run", "--gpu", "cpu", "--no-upload",
+                                 "--name", "stop-me-early", "--", "true"], cwd=code,
+                                env=faulty.div_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        _wait(lambda: faulty.api("GET", "/runs/stop-me-early").status_code == 200, 30,
+              "the run was not recorded")
+        stopped = faulty.div("stop", "stop-me-early", cwd=code)
+        assert stopped.returncode == 0, stopped.stderr
+        assert faulty.run_json("stop-me-early")["status"] == "canceled"
+    finally:
+        (faulty.hold / "hold-before").unlink()
+    _, err = user.communicate(timeout=90)
+    # Its submit went on and made a job: the job is canceled, and so said.
+    assert user.returncode == 1 and b"canceled before Slurm took it" in err, err
+    _wait(lambda: all(state in ("CANCELLED", "") for state in subprocess.run(
+        ["squeue", "--noheader", "--states=all", "--name=div-stop-me-early", "--format=%T"],
+        capture_output=True, text=True).stdout.split()), 30, "its job was not canceled")
+
+
+# --- Slurm's daemons ----------------------------------------------------
+
+def test_slurmctld_down_refuses_new_runs_and_loses_nothing_of_live_ones(faulty, code):
+    names = [detached(faulty, code, "--", f"sleep 6; echo run {i} ended") for i in range(2)]
+    _wait(lambda: all(faulty.run_json(n)["status"] == "running" for n in names), 30,
+          "the runs did not start")
+    stop_daemon("slurmctld")
+    try:
+        down = faulty.div("run", "--gpu", "cpu", "--no-upload", "--name", "ctl-down", "--",
+                          "true", cwd=code)
+        assert down.returncode == 1
+        assert last_line(down).startswith("Slurm did not take the run: Slurm's controller "
+                                          "does not answer (")
+        time.sleep(8)   # the runs end while nobody can ask Slurm
+        assert all(faulty.run_json(n)["status"] == "running" for n in names)
+    finally:
+        start_daemons()
+    back = time.monotonic()
+    for i, name in enumerate(names):
+        logs = followed(faulty, code, name)
+        assert (logs.returncode, logs.stdout) == (0, f"run {i} ended\n".encode())
+    recovered = time.monotonic() - back
+    assert recovered < 30, recovered
+    assert faulty.api("GET", "/runs/ctl-down").status_code == 404   # its name is free
+    charges_reconcile(faulty)
+
+
+def test_slurmdbd_down_runs_are_followed_from_squeue_and_settle_once_it_is_back(faulty, code):
+    stop_daemon("slurmdbd")
+    try:
+        names = [detached(faulty, code, "--", "sleep 4; exit 3") for _ in range(2)]
+        # squeue alone still says they run: never queued all along.
+        _wait(lambda: all(faulty.run_json(n)["status"] == "running" for n in names), 30,
+              "runs did not show running while slurmdbd was down")
+        _wait(lambda: all(s == "COMPLETED" or s == "FAILED" for s in subprocess.run(
+            ["squeue", "--noheader", "--states=all", "--format=%T",
+             "--name=" + ",".join(f"div-{n}" for n in names)],
+            capture_output=True, text=True).stdout.split()), 30, "the jobs did not end")
+        time.sleep(2)
+        # Ended in Slurm, with no final record to settle them from: still running.
+        assert [faulty.run_json(n)["status"] for n in names] == ["running", "running"]
+    finally:
+        start_daemons()
+    for name in names:
+        run = faulty.wait_for_status(name, "failed", timeout=60)
+        assert run["exit_code"] == 3 and run["cost"] != "0.00"
+    charges_reconcile(faulty)
+
+
+def _node_state(node: str) -> str:
+    return subprocess.run(["sinfo", "--noheader", "--nodes", node, "--format=%t"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_a_node_that_fails_mid_run_fails_the_run_once_and_slurm_does_not_rerun_it(faulty, code):
+    name = detached(faulty, code, "--gpu", "h100", "--gpus", "16", "--", "sleep 300")
+    run = faulty.wait_for_status(name, "running", timeout=30)
+    stop_daemon("slurmd-node2")
+    try:
+        run = faulty.wait_for_status(name, "failed", timeout=120)
+        logs = followed(faulty, code, name)
+        assert logs.returncode == 1
+        assert last_line(logs).startswith(f"{name} failed after ")
+        assert ": a node it ran on failed, and spent $" in last_line(logs)
+    finally:
+        start_daemons()
+    attempts = subprocess.run(["sacct", "--noheader", "--parsable2", "--duplicates",
+                               "--allocations", "-j", run["slurm_job_id"], "--format=State"],
+                              capture_output=True, text=True).stdout.split()
+    assert attempts == ["NODE_FAIL"]
+    _wait(lambda: _node_state("node2") in ("idle", "mix", "alloc"), 120,
+          "node2 did not come back")
+    time.sleep(3)
+    assert faulty.run_json(name)["status"] == "failed"   # not run again behind our back
+    charges_reconcile(faulty)
+
+
+def test_the_reconciler_killed_mid_cycle_charges_every_run_once(faulty, code):
+    names = [detached(faulty, code, "--", "sleep 1") for _ in range(6)]
+    log, pids = faulty.base / "pids" / "reconciler.log", faulty.base / "pids" / "reconciler.pid"
+    for round in range(3):
+        if round:   # the new one acts once the killed one's lease runs out
+            _wait(lambda: b"is acting" in log.read_bytes()[seen:], 30, "it did not act")
+        time.sleep(0.4)
+        os.kill(int(pids.read_text()), signal.SIGKILL)
+        seen = log.stat().st_size
+        faulty.services("start", "reconciler")
+    for name in names:
+        run = faulty.wait_for_status(name, "succeeded", timeout=60)
+        # One minute, the least a run is billed: once, however often it was settled.
+        assert Decimal(run["cost"]) == Decimal(run["rate"]) / 60
+    charges_reconcile(faulty)
+
+
+# --- the server mid-transfer --------------------------------------------
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_server_killed_during_put_and_get_leaves_whole_files_only(faulty, code, tmp_path):
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(200 * 10**6))
+    volume = faulty.data_dir / "share" / "e2e" / "faults"
+    put = subprocess.Popen([str(VENV_BIN / "div"), "storage", "put", "faults", str(big)],
+                           cwd=code, env=faulty.div_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    uploads = faulty.data_dir / "share" / "e2e" / ".uploads"
+    _wait(lambda: any(p.stat().st_size > 10**6 for p in uploads.glob(".*.part")), 30,
+          "the upload did not start")
+    kill_server(faulty)
+    _, err = put.communicate(timeout=60)
+    assert put.returncode == 1 and b"API" in err.splitlines()[-1], err
+    assert not (volume / "big.bin").exists()       # nothing half-visible
+    faulty.services("start", "server")
+    again = faulty.div("storage", "put", "faults", str(big), cwd=code)
+    assert again.returncode == 0, again.stderr
+    assert _sha(volume / "big.bin") == _sha(big)
+
+    into = tmp_path / "got"
+    into.mkdir()
+    get = subprocess.Popen([str(VENV_BIN / "div"), "storage", "get", "faults", "big.bin",
+                            f"{into}/"], cwd=code, env=faulty.div_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    part = into / "big.bin.div-part"
+    _wait(lambda: part.exists() and part.stat().st_size > 10**6, 30, "the download did not start")
+    kill_server(faulty)
+    _, err = get.communicate(timeout=60)
+    assert get.returncode == 1, err
+    assert not (into / "big.bin").exists()          # only the part, under its own name
+    faulty.services("start", "server")
+    resumed = faulty.div("storage", "get", "faults", "big.bin", f"{into}/", cwd=code)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _sha(into / "big.bin") == _sha(big) and not part.exists()
+
+
+# --- the database -------------------------------------------------------
+
+def _database_down(stack: Stack):
+    """The database unavailable: on PostgreSQL its connections refused (and
+    the open ones ended), on SQLite its files made immutable (chattr +i)."""
+    @contextlib.contextmanager
+    def outage():
+        if stack.database_url.startswith("sqlite"):
+            files = [str(p) for p in stack.base.glob("divergent.db*")]
+            subprocess.run(["chattr", "+i", *files], check=True)
+            try:
+                yield
+            finally:
+                subprocess.run(["chattr", "-i", *files], check=True)
+            return
+        admin = sa.create_engine(POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://"),
+                                 isolation_level="AUTOCOMMIT")
+        name = stack.database_url.rsplit("/", 1)[1]
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false"))
+            conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                 "WHERE datname = :name"), {"name": name})
+        try:
+            yield
+        finally:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true"))
+            admin.dispose()
+    return outage()
+
+
+def test_the_database_unavailable_is_a_503_and_everything_settles_after(faulty, code):
+    name = detached(faulty, code, "--", "sleep 4; echo survived")
+    faulty.wait_for_status(name, "running", timeout=30)
+    reconciler = int((faulty.base / "pids" / "reconciler.pid").read_text())
+    with _database_down(faulty):
+        start = faulty.div("run", "--gpu", "cpu", "--no-upload", "--", "true", cwd=code)
+        assert start.returncode == 1
+        assert last_line(start) == ("the database is not available right now; nothing was "
+                                    "changed, try again in a moment")
+        # A read goes on where the database still reads (SQLite), else is a 503.
+        answer = faulty.api("GET", f"/runs/{name}")
+        assert answer.status_code in (200, 503), answer.text
+        if answer.status_code == 503:
+            assert answer.headers["Retry-After"] == "5"
+        time.sleep(6)   # the run ends in Slurm meanwhile
+    back = time.monotonic()
+    run = faulty.wait_for_status(name, "succeeded", timeout=60)
+    assert time.monotonic() - back < 40
+    assert _alive(reconciler)                        # it outlived the outage
+    logs = followed(faulty, code, name)
+    assert (logs.returncode, logs.stdout) == (0, b"survived\n")
+    assert run["cost"] != "0.00"
+    charges_reconcile(faulty)
