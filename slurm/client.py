@@ -115,23 +115,26 @@ class SlurmClient:
             accounted = ""
         return merge(parse_squeue(live), parse_sacct(accounted), int(time.time()))
 
-    def jobs_named(self, names: list[str], account: str, since_seconds: int) -> dict[str, str]:
-        """Job ids by job name, of jobs of `account` that squeue or sacct
-        knows (submitted in the last `since_seconds`); the lowest id when a
-        name has several."""
+    def jobs_named(self, names: list[str], account: str,
+                   submitted_since: int) -> dict[str, str]:
+        """Job ids by job name, of jobs of `account` submitted at or after
+        `submitted_since` (epoch seconds) that squeue or sacct knows; the
+        lowest id when a name has several."""
         wanted = ",".join(names)
         if not wanted:
             return {}
         live = self._run(["squeue", "--noheader", "--states=all", f"--name={wanted}",
-                          f"--account={account}", "--format=%i|%j"]).stdout
+                          f"--account={account}", "--format=%i|%j|%V"]).stdout
+        window = max(60, int(time.time()) - submitted_since + 60)
         accounted = self._run(["sacct", "--noheader", "--parsable2", "--allocations",
                                f"--name={wanted}", f"--accounts={account}",
-                               f"--starttime=now-{since_seconds}",
-                               "--format=JobIDRaw,JobName"]).stdout
+                               f"--starttime=now-{window}",
+                               "--format=JobIDRaw,JobName,Submit"]).stdout
         found: dict[str, str] = {}
         for line in (live + "\n" + accounted).splitlines():
-            job_id, _, name = line.partition("|")
-            if job_id.isdigit() and name in names:
+            job_id, name, submitted = (line.split("|") + ["", ""])[:3]
+            if job_id.isdigit() and name in names and submitted.isdigit() \
+                    and int(submitted) >= submitted_since:
                 found[name] = min(found.get(name, job_id), job_id, key=int)
         return found
 

@@ -83,8 +83,9 @@ class Stack:
         return env
 
     def services(self, action: str, what: str = "all") -> None:
-        subprocess.run([str(SERVICES), action, what], env=self.env(),
-                       check=True, capture_output=True)
+        done = subprocess.run([str(SERVICES), action, what], env=self.env(),
+                              capture_output=True, text=True)
+        assert done.returncode == 0, f"services {action} {what}: {done.stdout}{done.stderr}"
 
     def flask(self, *args: str, check: bool = True,
               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -7,12 +7,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from app import create_app
 from app.extensions import db
+from app.models import ApiKey, utcnow
 from app.reconciler import run_forever
 from app.services.keys import create_key
 from app.services.orgs import get_or_create_org, get_or_create_user
@@ -49,6 +51,19 @@ def test_a_database_that_cannot_be_written_is_a_503_and_reads_go_on(app, tmp_pat
         assert answer.headers["Retry-After"] == "5"
     assert client.put("/api/v1/secrets/TOKEN", json={"value": "x"},
                       headers=headers).status_code < 300                     # and back
+
+
+def test_a_key_whose_last_use_is_due_still_reads_while_nothing_can_be_written(app, tmp_path):
+    client = app.test_client()
+    headers = {"Authorization": f"Bearer {app.config['KEY']}"}
+    key = db.session.execute(db.select(ApiKey)).scalar_one()
+    key.last_used_at = utcnow() - timedelta(minutes=5)       # its use is due to be written
+    db.session.commit()
+    with unwritable(tmp_path):
+        answer = client.get("/api/v1/whoami", headers=headers)
+        assert answer.status_code == 200, answer.get_data(as_text=True)
+    db.session.rollback()
+    assert db.session.get(ApiKey, key.id).last_used_at < utcnow() - timedelta(minutes=4)
 
 
 def test_the_reconciler_outlives_a_database_it_cannot_write(app, tmp_path, caplog):

@@ -154,12 +154,14 @@ def test_a_refused_run_is_not_kept_and_its_name_is_free(faulty, code):
 
 def test_a_server_killed_after_sbatch_leaves_a_job_the_reconciler_adopts(faulty, code):
     (faulty.hold / "hold-after").touch()
+    earlier = set(squeue_ids("adopt-me"))   # the other database's stack ran it too
     user = subprocess.Popen([str(VENV_BIN / "div"), "run", "--gpu", "cpu", "--no-upload",
                              "--name", "adopt-me", "--", "sleep 2; echo all of it"],
                             cwd=code, env=faulty.div_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     try:
-        job = _wait(lambda: squeue_ids("adopt-me"), 30, "sbatch did not run")[0]
+        job = _wait(lambda: [j for j in squeue_ids("adopt-me") if j not in earlier], 30,
+                    "sbatch did not run")[0]
         kill_server(faulty)
     finally:
         (faulty.hold / "hold-after").unlink()

@@ -26,6 +26,22 @@ def test_a_spend_limit_stops_the_run_budget_exceeded(stack, project):
     run = stack.run_json("over-budget")
     # Billed one minute: Slurm's grace after --time is not the user's.
     assert (run["status"], run["cost"], run["time_limit_minutes"]) == ("budget_exceeded", "0.0425", 1)
+    # slurmstepd's "*** JOB 87 ON node1 CANCELLED ... DUE TO TIME LIMIT ***"
+    # is Slurm's, kept for admins beside the run, never in the run's log.
+    logs = stack.div("logs", "over-budget", cwd=project)
+    assert (logs.stdout, b"slurmstepd" in logs.stderr) == (b"started\n", False)
+    kept = (stack.data_dir / "runs" / "e2e" / "over-budget" / "slurm.log").read_text()
+    assert "DUE TO TIME LIMIT" in kept
+
+
+def test_a_run_over_its_memory_says_it_ran_out_of_memory_and_its_limit(stack, project):
+    done = stack.div("run", "--gpu", "cpu", "--memory", "1", "--no-upload", "--name",
+                     "too-hungry", "--", "python3 -c 'b = bytearray(3 << 30); b[::4096] = "
+                     "b\"x\" * len(b[::4096])'", cwd=project, timeout=120)
+    assert done.returncode == 1
+    assert re.fullmatch(r"too-hungry ran out of memory \(1 GiB\) after \d+s and spent \$0\.\d+",
+                        last_line(done)), done.stderr
+    assert stack.run_json("too-hungry")["status"] == "failed"
 
 
 def test_the_orgs_monthly_limit_caps_stops_and_refuses_runs(stack, project):

@@ -37,8 +37,10 @@ def run() -> Run:
 
 def test_queued_running_and_ended():
     r = run()
-    settle(r, JobRecord("1", "PENDING", reason="Resources"))
-    assert (r.status, r.pending_reason) == ("queued", "Resources")
+    # squeue's start for a waiting job is its estimate, not a start.
+    settle(r, JobRecord("1", "PENDING", reason="Resources", start=999_999_999))
+    assert (r.status, r.pending_reason, r.started_at, r.cost_micros) == (
+        "queued", "Resources", None, 0)
     settle(r, JobRecord("1", "RUNNING", start=1_000, elapsed_seconds=61))
     assert (r.status, r.pending_reason, r.cost_micros) == ("running", None, 160_000)
     settle(r, JobRecord("1", "COMPLETED", start=1_000))     # squeue's word, no end yet
@@ -46,6 +48,14 @@ def test_queued_running_and_ended():
     settle(r, JobRecord("1", "FAILED", exit_code=3, start=1_000, end=1_130, elapsed_seconds=130))
     assert (r.status, r.exit_code, r.cost_micros, r.slurm_state) == ("failed", 3, 240_000, "FAILED")
     assert r.ended_at.timestamp() == 1_130
+    assert r.started_at.timestamp() == 1_000
+
+
+def test_a_node_failure_is_failed_with_no_exit_code_of_its_own():
+    r = run()
+    settle(r, JobRecord("1", "NODE_FAIL", exit_code=0, start=1_000, end=1_053,
+                        elapsed_seconds=53))
+    assert (r.status, r.exit_code, r.slurm_state) == ("failed", None, "NODE_FAIL")
 
 
 def test_a_job_we_cancelled_for_spend_is_budget_exceeded():

@@ -22,6 +22,20 @@ def test_sacct_rows_become_typed_records():
     assert not records["44"].finished and records["41"].finished
 
 
+def test_a_step_out_of_memory_makes_a_failed_job_out_of_memory():
+    # As sacct answers for `--memory 1` allocating 3 GiB: the job FAILED 9:0,
+    # only its step says why.
+    records = parse_sacct(
+        "87|FAILED|9:0|1000|1010|10|node1|None\n"
+        "87.batch|FAILED|9:0|1000|1010|10|node1|\n"
+        "87.0|OUT_OF_MEMORY|0:125|1000|1010|10|node1|\n"
+        "88|COMPLETED|0:0|1000|1010|10|node1|None\n"
+        "88.0|OUT_OF_MEMORY|0:125|1000|1005|5|node1|\n")
+    assert list(records) == ["87", "88"]
+    assert records["87"].state == "OUT_OF_MEMORY" and records["87"].exit_code == 9
+    assert records["88"].state == "COMPLETED"   # it got over it: the run succeeded
+
+
 def test_squeue_rows_carry_the_reason_a_job_waits():
     records = parse_squeue("50|PENDING|QOSMaxGRESPerUser|N/A|\n51|RUNNING|None|1796059887|node1\n")
     assert records["50"].reason == "QOSMaxGRESPerUser"

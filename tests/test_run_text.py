@@ -48,6 +48,12 @@ def test_no_spend_limit_says_so():
      "run-k4t9 failed after 12m 40s with exit code 3 and spent $1.04"),
     (dict(status="failed", exit_code=0, slurm_state="OUT_OF_MEMORY"),
      "run-k4t9 ran out of memory (8 GiB) after 12m 40s and spent $1.04"),
+    (dict(status="failed", exit_code=None, slurm_state="NODE_FAIL", elapsed_seconds=53,
+          cost_micros=80_000),
+     "run-k4t9 failed after 53s: a node it ran on failed, and spent $0.08"),
+    (dict(status="failed", exit_code=None, slurm_state="NOT_SUBMITTED", elapsed_seconds=0,
+          cost_micros=0),
+     "run-k4t9 failed before it started: Slurm never got it, and spent $0.00"),
     (dict(status="canceled"), "run-k4t9 was canceled after 12m 40s and spent $1.04"),
     (dict(status="running"), None),
 ])

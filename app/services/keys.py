@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 from datetime import timedelta
 
+from sqlalchemy.exc import OperationalError
+
 from app.extensions import db
 from app.models import ApiKey, User, utcnow
+
+log = logging.getLogger("divergent.keys")
 
 PREFIX = "div_"
 
@@ -49,8 +54,14 @@ def api_key_for(key: str) -> ApiKey | None:
     # A write a minute at most: every request otherwise writes, and on
     # SQLite each write waits for the one before.
     if row.last_used_at is None or now - row.last_used_at >= LAST_USED_PRECISION:
-        row.last_used_at = now
-        db.session.commit()
+        row.last_used_at, prefix = now, row.prefix
+        try:
+            db.session.commit()
+        except OperationalError as exc:
+            # A read never needs a write: with the database unwritable the
+            # key still works where the database still reads.
+            db.session.rollback()
+            log.warning("could not record the use of key %s: %s", prefix, exc.orig)
     return row
 
 

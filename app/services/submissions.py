@@ -27,11 +27,12 @@ log = logging.getLogger("divergent.reconciler")
 
 
 def _jobs_of(org: Org, runs: list[Run]) -> dict[str, str]:
-    """Job ids by job name for runs of one org, from Slurm."""
+    """Job ids by job name for runs of one org, from Slurm: jobs submitted
+    since the oldest was recorded (a few seconds' slack for clocks), so an
+    older job of the same name (a reinstalled server's) is never taken."""
     oldest = min(run.created_at for run in runs)
-    since = int((utcnow() - oldest).total_seconds()) + 60
     return slurm_client().jobs_named([job_name(run.name) for run in runs],
-                                     org.slurm_account, since)
+                                     org.slurm_account, int(oldest.timestamp()) - 5)
 
 
 def adopt_job(run: Run) -> bool:
