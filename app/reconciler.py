@@ -47,8 +47,9 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None,
         status = "limit_reached"   # the --time the org's limit left ran out
     if status not in LIVE and not record.finished:
         # squeue already says COMPLETED but sacct has no end or exit code
-        # yet: the run has ended only once its final record is there.
-        status = "running"
+        # yet (or does not answer): the run has ended only once its final
+        # record is there, and stays as it was until then.
+        status = run.status
     run.pending_reason = record.reason if status == "queued" else None
     if status != "queued":
         # A waiting job's start is Slurm's estimate, not a start.
@@ -118,8 +119,9 @@ def stop_orgs_at_their_limit(live: list[Run], orgs: dict[int, Org]) -> None:
 
 
 def reconcile_once() -> int:
-    """One cycle over every live run of every org; returns how many changed."""
-    return settle_unsubmitted() + follow_jobs()
+    """One cycle over every live run of every org; returns how many changed.
+    Runs with a job first: nothing about runs without one holds them up."""
+    return follow_jobs() + settle_unsubmitted()
 
 
 def follow_jobs() -> int:

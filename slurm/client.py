@@ -65,8 +65,10 @@ class SlurmClient:
 
     def _sbatch(self, argv: list[str], script: str) -> CommandResult:
         result = self._call(argv, stdin=script)
-        if "Unable to contact slurm controller" in result.stderr:
+        if result.returncode != 0 and \
+                "Unable to contact slurm controller (connect failure)" in result.stderr:
             # Not a refusal: the same job goes in once the controller is back.
+            # (A send or receive failure may have reached it: not this.)
             raise SubmitNotReceived(f"Slurm's controller does not answer "
                                     f"({_slurm_message(result)})")
         return result
@@ -86,11 +88,17 @@ class SlurmClient:
         """Whether Slurm would take the batch script (sbatch --test-only):
         SubmitRefused with Slurm's reason if not. Nothing is queued."""
         result = self._sbatch(["sbatch", "--test-only"], script)
-        if result.returncode != 0:
+        if result.returncode != 0 and ("allocation failure" in result.stderr or
+                                       "Batch job submission failed" in result.stderr):
             raise SubmitRefused(f"Slurm refused the job: {_slurm_message(result)}")
+        self._check(["sbatch"], result)
 
     def cancel(self, job_id: str) -> None:
         self._run(["scancel", _job_id(job_id)])
+
+    def cancel_named(self, name: str, account: str) -> None:
+        """Cancels every job of `account` named `name` (none is fine)."""
+        self._run(["scancel", f"--name={name}", f"--account={account}"])
 
     def query(self, job_ids: list[str], squeue_alone: bool = False) -> dict[str, JobRecord]:
         """Records for many jobs in one squeue and one sacct call. With
@@ -116,27 +124,32 @@ class SlurmClient:
         return merge(parse_squeue(live), parse_sacct(accounted), int(time.time()))
 
     def jobs_named(self, names: list[str], account: str,
-                   submitted_since: int) -> dict[str, str]:
+                   submitted_since: int) -> tuple[dict[str, str], bool]:
         """Job ids by job name, of jobs of `account` submitted at or after
-        `submitted_since` (epoch seconds) that squeue or sacct knows; the
-        lowest id when a name has several."""
+        `submitted_since` (epoch seconds) that squeue or sacct knows (the
+        lowest id when a name has several), and whether sacct answered: when
+        it did not, a job that has left squeue is not among them."""
         wanted = ",".join(names)
         if not wanted:
-            return {}
+            return {}, True
         live = self._run(["squeue", "--noheader", "--states=all", f"--name={wanted}",
                           f"--account={account}", "--format=%i|%j|%V"]).stdout
         window = max(60, int(time.time()) - submitted_since + 60)
-        accounted = self._run(["sacct", "--noheader", "--parsable2", "--allocations",
-                               f"--name={wanted}", f"--accounts={account}",
-                               f"--starttime=now-{window}",
-                               "--format=JobIDRaw,JobName,Submit"]).stdout
+        try:
+            accounted, complete = self._run([
+                "sacct", "--noheader", "--parsable2", "--allocations", f"--name={wanted}",
+                f"--accounts={account}", f"--starttime=now-{window}",
+                "--format=JobIDRaw,JobName,Submit"]).stdout, True
+        except SlurmError as exc:
+            log.warning("accounting did not answer, looking in squeue alone: %s", exc)
+            accounted, complete = "", False
         found: dict[str, str] = {}
         for line in (live + "\n" + accounted).splitlines():
             job_id, name, submitted = (line.split("|") + ["", ""])[:3]
             if job_id.isdigit() and name in names and submitted.isdigit() \
                     and int(submitted) >= submitted_since:
                 found[name] = min(found.get(name, job_id), job_id, key=int)
-        return found
+        return found, complete
 
     def nodes(self) -> dict[str, NodeRecord]:
         """Every node with its state, cores and GPUs in use, from one sinfo."""

@@ -99,7 +99,9 @@ def merge(live: dict[str, JobRecord], accounted: dict[str, JobRecord],
             if record.nodes:
                 merged[job_id] = replace(final, nodes=record.nodes)
             continue
-        if record.start is not None and record.state != "PENDING":
+        if record.start is not None and record.state in LIVE_STATES - {"PENDING"}:
+            # Live only: an ended job squeue still lists (sacct down) keeps
+            # what it had accrued, and a job canceled while pending none.
             record = replace(record, elapsed_seconds=max(0, now - record.start))
         merged[job_id] = record
     return merged

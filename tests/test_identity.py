@@ -91,7 +91,8 @@ def test_a_secret_reaches_its_run_as_stars_and_is_never_at_rest_in_clear(stack, 
 
     unknown = stack.div("run", "--gpu", "cpu", "--no-upload", "--secret", "NOT_SET",
                         "--", "true", cwd=project)
-    assert unknown.returncode == 1 and b"no secret named 'NOT_SET'" in unknown.stderr
+    # Bad input, found by the server's check before anything is uploaded: exit 2.
+    assert unknown.returncode == 2 and b"no secret named 'NOT_SET'" in unknown.stderr
     removed = stack.div("secrets", "rm", "API_TOKEN", cwd=project)
     assert removed.returncode == 0 and "API_TOKEN" not in stack.api("GET", "/secrets").text
 
@@ -121,7 +122,7 @@ def test_another_orgs_key_finds_nothing_of_this_org(stack, project):
     assert sum(p["runs"] for p in usage["projects"]) == len(runs)
     borrowed = stack.div("run", "--gpu", "cpu", "--no-upload", "--secret", "E2E_ONLY", "--",
                          "true", cwd=project, org="other")
-    assert borrowed.returncode == 1 and b"no secret named 'E2E_ONLY'" in borrowed.stderr
+    assert borrowed.returncode == 2 and b"no secret named 'E2E_ONLY'" in borrowed.stderr
     # Slurm's own accounting sees orgs: each submits under its own account.
     theirs = stack.div("run", "--gpu", "cpu", "--no-upload", "--name", "other-owned", "--",
                        "true", cwd=project, org="other")

@@ -51,6 +51,13 @@ def test_queued_running_and_ended():
     assert r.started_at.timestamp() == 1_000
 
 
+def test_a_job_that_ended_without_its_final_record_leaves_the_run_as_it_was():
+    r = run()
+    settle(r, JobRecord("1", "PENDING", reason="Priority"))
+    settle(r, JobRecord("1", "CANCELLED", start=1_000))   # squeue's word, sacct down
+    assert (r.status, r.started_at, r.cost_micros) == ("queued", None, 0)
+
+
 def test_a_node_failure_is_failed_with_no_exit_code_of_its_own():
     r = run()
     settle(r, JobRecord("1", "NODE_FAIL", exit_code=0, start=1_000, end=1_053,

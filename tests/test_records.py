@@ -51,6 +51,14 @@ def test_squeue_wins_while_sacct_lags_and_sacct_wins_at_the_end():
     assert (merged["61"].end, merged["61"].nodes) == (1010, "node[1-2]")
 
 
+def test_with_squeue_alone_an_ended_job_accrues_nothing_more():
+    # slurmdbd down: squeue still lists jobs that ended (MinJobAge), sacct nothing.
+    merged = merge(parse_squeue("70|COMPLETED|None|1000|node1\n71|CANCELLED|None|1200|\n"
+                                "72|RUNNING|None|1000|node1\n"), {}, now=5000)
+    assert [merged[j].elapsed_seconds for j in ("70", "71", "72")] == [None, None, 4000]
+    assert not merged["70"].finished
+
+
 def test_states_map_as_the_design_says():
     records = parse_sacct(SACCT)
     assert [run_status(records[j]) for j in ("41", "42", "43", "44", "45")] == [

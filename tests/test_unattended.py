@@ -53,7 +53,9 @@ def test_a_schedule_starts_its_run_within_a_minute(stack, project):
     (project / "eval.py").write_text("print('evaluated')\n")
     bad = stack.div("schedule", "create", "--cron", "61 * * * *", "--", "--gpu", "cpu",
                     "eval.py", cwd=project)
-    assert bad.returncode == 1 and b"cron: minute: '61' is outside 0-59" in bad.stderr
+    # Found before the upload (no upload line), as a bad flag is: exit 2.
+    assert bad.returncode == 2 and b"cron: minute: '61' is outside 0-59" in bad.stderr
+    assert "→".encode() not in bad.stderr
     made = stack.div("schedule", "create", "--cron", "* * * * *", "--name", "every-minute",
                      "--", "--gpu", "cpu", "eval.py", "--check", "exit_code==0", cwd=project)
     assert made.returncode == 0 and made.stdout == b"every-minute\n", made.stderr

@@ -4,14 +4,21 @@ answer is sent."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
 def sync_folder(fd: int) -> None:
-    """The folder's entries (a rename into it) on disk."""
-    os.fsync(fd)
+    """The folder's entries (a rename into it) on disk. A filesystem that
+    cannot sync a folder (EINVAL: some network shares) keeps its own
+    promises."""
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
 
 
 def sync_filesystem(path: str) -> None:

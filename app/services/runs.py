@@ -265,6 +265,7 @@ def create_run(user: User, req: RunRequest) -> Run:
         ensure_volume(org, volume)
     secret_values = values_for_run(org, req.secrets)
     project_id = _project(org, req.project).id
+    ensure_org_account(org)   # before the run is on record: its grace is for sbatch alone
 
     run = Run(org_id=org.id, project_id=project_id, user_id=user.id,
               status="queued", gpu_type=req.gpu, gpus=req.gpus, cpus=sizing.cpus,
@@ -303,7 +304,6 @@ def _forget(run: Run, state: str) -> None:
 
 
 def _submit(run: Run, org: Org, state: str, script: str) -> str:
-    ensure_org_account(org)
     try:
         return slurm_client().submit(script)
     except SubmitRefused as exc:
@@ -315,8 +315,9 @@ def _submit(run: Run, org: Org, state: str, script: str) -> str:
     except SlurmError as exc:
         # sbatch may have reached the controller: the run stays, and the
         # reconciler adopts its job or settles it as never submitted.
-        raise Unavailable(f"Slurm did not say whether it took {run.name}: {exc}; see "
-                          f"`div logs {run.name} -f` in a minute or two") from None
+        raise Unavailable(f"Slurm did not say whether it took {run.name}: {exc}; it is "
+                          f"not lost: within minutes it runs or ends failed; see `div logs "
+                          f"{run.name} -f` before you start it again") from None
 
 
 def _not_taken(exc: SlurmError) -> Unavailable:
@@ -359,10 +360,12 @@ def stop_run(run: Run) -> bool:
     if run.status not in LIVE:
         return False
     try:
-        if run.slurm_job_id is None and not adopt_job(run):
-            settle_without_job(run, "canceled")   # its submit, if still going, cancels its job
-        else:
-            slurm_client().cancel(run.slurm_job_id)
+        # Without a job id yet: canceled now, and a submit still going then
+        # cancels the job it makes; unless it recorded one meanwhile.
+        if run.slurm_job_id is None and not adopt_job(run) and \
+                settle_without_job(run, "canceled"):
+            return True
+        slurm_client().cancel(run.slurm_job_id)
     except SlurmError as exc:
         raise Unavailable(f"Slurm did not cancel the run: {exc}") from None
     db.session.commit()

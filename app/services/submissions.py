@@ -9,6 +9,7 @@ import logging
 from collections import defaultdict
 from datetime import timedelta
 
+import sqlalchemy as sa
 from flask import current_app
 
 from app.extensions import db
@@ -16,31 +17,35 @@ from app.models import Org, Run, utcnow
 from app.services.secrets import remove_secrets_file
 from app.services.slurm_access import slurm_client
 from app.services.volumes import run_dir
+from slurm.client import SlurmError
 from slurm.jobspec import job_name
 
 # A submit in progress has its job id within a second or two.
 ADOPT_AFTER = timedelta(seconds=5)
+# Clocks of the server and the controller may differ this much.
+CLOCK_SLACK = 60
 # The slurm_state of a run Slurm never got.
 NOT_SUBMITTED = "NOT_SUBMITTED"
 
 log = logging.getLogger("divergent.reconciler")
 
 
-def _jobs_of(org: Org, runs: list[Run]) -> dict[str, str]:
-    """Job ids by job name for runs of one org, from Slurm: jobs submitted
-    since the oldest was recorded (a few seconds' slack for clocks), so an
-    older job of the same name (a reinstalled server's) is never taken."""
+def _jobs_of(org: Org, runs: list[Run]) -> tuple[dict[str, str], bool]:
+    """Job ids by job name for runs of one org, from Slurm, and whether the
+    answer is complete: jobs submitted since the oldest was recorded (less
+    CLOCK_SLACK), so an older job of the same name (a reinstalled server's)
+    is never taken."""
     oldest = min(run.created_at for run in runs)
-    return slurm_client().jobs_named([job_name(run.name) for run in runs],
-                                     org.slurm_account, int(oldest.timestamp()) - 5)
+    return slurm_client().jobs_named([job_name(run.name) for run in runs], org.slurm_account,
+                                     int(oldest.timestamp()) - CLOCK_SLACK)
 
 
 def adopt_job(run: Run) -> bool:
     """Gives a run without a job id the job Slurm has for it, if any."""
-    job_id = _jobs_of(db.session.get(Org, run.org_id), [run]).get(job_name(run.name))
-    if job_id is not None:
-        _adopt(run, job_id)
-    return job_id is not None
+    found, _ = _jobs_of(db.session.get(Org, run.org_id), [run])
+    if job_name(run.name) in found:
+        _adopt(run, found[job_name(run.name)])
+    return run.slurm_job_id is not None
 
 
 def _adopt(run: Run, job_id: str) -> None:
@@ -48,14 +53,19 @@ def _adopt(run: Run, job_id: str) -> None:
     run.slurm_job_id = job_id
 
 
-def settle_without_job(run: Run, status: str) -> None:
-    """Ends a run that has no job: canceled before Slurm took it, or failed
-    because Slurm never got it. Nothing ran, so nothing is billed."""
-    run.status, run.slurm_state = status, NOT_SUBMITTED if status == "failed" else None
-    run.ended_at, run.elapsed_seconds, run.cost_micros = utcnow(), 0, 0
-    run.pending_reason = None
-    if run.secrets_sealed:
+def settle_without_job(run: Run, status: str) -> bool:
+    """Ends a run that has no job, committed: canceled before Slurm took it,
+    or failed because Slurm never got it; nothing ran, so nothing is billed.
+    Only while it still has no job id: False (the run reread) when its
+    submit recorded one meanwhile."""
+    ended = db.session.execute(sa.update(Run).where(
+        Run.id == run.id, Run.status == "queued", Run.slurm_job_id.is_(None)).values(
+        status=status, slurm_state=NOT_SUBMITTED if status == "failed" else None,
+        ended_at=utcnow(), elapsed_seconds=0, cost_micros=0, pending_reason=None)).rowcount
+    db.session.commit()
+    if ended and run.secrets_sealed:
         remove_secrets_file(run_dir(db.session.get(Org, run.org_id), run.name))
+    return bool(ended)
 
 
 def settle_unsubmitted() -> int:
@@ -72,16 +82,32 @@ def settle_unsubmitted() -> int:
         by_org[run.org_id].append(run)
     changed = 0
     for org_id, runs in by_org.items():
-        found = _jobs_of(db.session.get(Org, org_id), runs)
+        org = db.session.get(Org, org_id)
+        try:
+            found, complete = _jobs_of(org, runs)
+        except SlurmError as exc:   # one org's trouble holds up no other
+            log.warning("could not look for the jobs of %s's runs: %s", org.name, exc)
+            continue
         for run in runs:
             if job_name(run.name) in found:
                 _adopt(run, found[job_name(run.name)])
-            elif run.created_at <= now - grace:
+                db.session.commit()
+            elif complete and run.created_at <= now - grace:
                 log.warning("%s: Slurm never got it (the server stopped while submitting?); "
                             "it is failed", run.name)
-                settle_without_job(run, "failed")
+                if not settle_without_job(run, "failed"):
+                    continue
+                _cancel_by_name(org, run)
             else:
                 continue
             changed += 1
-    db.session.commit()
     return changed
+
+
+def _cancel_by_name(org: Org, run: Run) -> None:
+    """A job that shows up after its run was given up on (an sbatch slower
+    than any grace) is canceled, never left to run unfollowed."""
+    try:
+        slurm_client().cancel_named(job_name(run.name), org.slurm_account)
+    except SlurmError as exc:
+        log.warning("could not cancel jobs named %s: %s", job_name(run.name), exc)
