@@ -1,6 +1,7 @@
 """The storage service on a real, small filesystem: a full share is a clear
 error that loses nothing already stored; downloads and deletes never go
-through a symlink a run swaps in after the check."""
+through a symlink a run swaps in after the check; a folder the server may
+not write is a 503 that says so."""
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +17,8 @@ from app import create_app
 from app.extensions import db
 from app.services import storage
 from app.services.errors import Invalid, NotFound, Unavailable
-from app.services.orgs import get_or_create_org
+from app.services.keys import create_key
+from app.services.orgs import get_or_create_org, get_or_create_user
 from app.services.storage import ShareFull, clean_path, store_file
 from app.services.volumes import ensure_volume
 
@@ -147,3 +149,23 @@ def test_listings_show_files_and_folders_only_and_never_go_through_a_link(volume
         storage.list_path(org, "vol", "out")
     with pytest.raises(Invalid):
         storage.list_path(org, "vol", "out/secret.bin")
+
+
+def test_a_share_folder_the_server_may_not_write_is_a_503_that_says_so(tmp_path):
+    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db",
+                      "DIV_DATA_DIR": str(tmp_path / "data")})
+    with app.app_context():
+        db.create_all()
+        key = create_key(get_or_create_user(get_or_create_org("acme"), "alice"))
+        share = tmp_path / "data" / "share" / "acme"
+        share.mkdir(parents=True)
+        # As root, only an immutable folder refuses: the service user meets a root-owned one.
+        subprocess.run(["chattr", "+i", str(share)], check=True)
+        try:
+            answer = app.test_client().post("/api/v1/volumes/vol/plan", json={"files": []},
+                                            headers={"Authorization": f"Bearer {key}"})
+        finally:
+            subprocess.run(["chattr", "-i", str(share)], check=True)
+        assert answer.status_code == 503, answer.get_data(as_text=True)
+        assert "the share refused the server (permission denied)" in answer.get_json()["error"]
+        db.session.remove()

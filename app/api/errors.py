@@ -33,6 +33,15 @@ def handle_database_error(exc: OperationalError):
                                "changed, try again in a moment", {"Retry-After": "5"})
 
 
+@bp.app_errorhandler(PermissionError)
+def handle_share_refusal(exc: PermissionError):
+    """A share folder the service user may not write (made by root, say) is
+    the site's to fix, not a bug in the request."""
+    current_app.logger.error("the share refused the server: %s", exc)
+    return error_response(503, "the share refused the server (permission denied); an admin "
+                               "must check who owns the data folder", {"Retry-After": "60"})
+
+
 @bp.app_errorhandler(ServiceError)
 def handle_service_error(exc: ServiceError):
     return error_response(exc.status, exc.message, exc.headers)
