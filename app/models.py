@@ -120,6 +120,9 @@ class Run(db.Model):
     slurm_state: Mapped[str | None] = mapped_column(sa.String(32))
     # Why we cancelled it ourselves (budget_exceeded, limit_reached), if we did.
     stopped_for: Mapped[str | None] = mapped_column(sa.String(16))
+    # The Idempotency-Key `div run` sent: its retry after a lost answer gets
+    # this run, never a second one.
+    request_key: Mapped[str | None] = mapped_column(sa.String(64))
 
     gpu_type: Mapped[str] = mapped_column(sa.String(8))
     gpus: Mapped[int]
@@ -165,6 +168,7 @@ class Run(db.Model):
         sa.Index("ix_run_org_created", "org_id", "created_at", "id"),
         # The reconciler: every live run of every org.
         sa.Index("ix_run_status", "status"),
+        sa.Index("ux_run_org_request_key", "org_id", "request_key", unique=True),
     )
 
 

@@ -103,12 +103,14 @@ class ApiClient:
     def get(self, path: str, params: dict | None = None) -> dict:
         return self._json(self._request("GET", path, params=params))
 
-    def _send_json(self, method: str, path: str, body: dict | None) -> dict:
+    def _send_json(self, method: str, path: str, body: dict | None,
+                   headers: dict | None = None) -> dict:
         return self._json(self._request(method, path, body=json.dumps(body or {}).encode(),
-                                        headers={"Content-Type": "application/json"}))
+                                        headers={"Content-Type": "application/json",
+                                                 **(headers or {})}))
 
-    def post(self, path: str, body: dict | None = None) -> dict:
-        return self._send_json("POST", path, body)
+    def post(self, path: str, body: dict | None = None, headers: dict | None = None) -> dict:
+        return self._send_json("POST", path, body, headers)
 
     def put_json(self, path: str, body: dict) -> dict:
         return self._send_json("PUT", path, body)

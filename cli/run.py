@@ -3,19 +3,21 @@ the two header lines, follow the log, print the last line and exit with the
 code the docs' table gives."""
 from __future__ import annotations
 
+import secrets
 import sys
+import time
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
 import click
 
-from cli.api import ApiError
+from cli.api import ApiError, ApiUnreachable
 from cli.context import fail, pass_api
 from cli.flags import (GPU_TYPES, check_hardware, command_for, parse_check, parse_env,
                        parse_image, parse_memory, parse_name, parse_secret_name, parse_usd,
                        parse_volume, safe_project_name)
-from cli.follow import follow
+from cli.follow import RECONNECT_SECONDS, follow
 from cli.output import count, exit_code_for, print_json
 from cli.upload import format_bytes, hash_files, list_files, upload
 
@@ -86,7 +88,7 @@ def run(api, detach: bool, as_json: bool, **flags):
     """
     body = run_request(api, flags, click.get_current_context().meta["after_dashes"],
                        lambda request: check_first(api, "/runs/check", request))
-    created = api.post("/runs", body)
+    created = start(api, body)
     started = created["run"]
     click.echo(created["header"], err=True)
     if detach:
@@ -103,6 +105,21 @@ def run(api, detach: bool, as_json: bool, **flags):
     if as_json:
         print_json(end["run"])
     sys.exit(exit_code_for(end["run"]))
+
+
+def start(api, body: dict) -> dict:
+    """POST /runs, tried again with the same Idempotency-Key while the API is
+    away (a server restart) for up to RECONNECT_SECONDS: an answer lost on
+    the way back gets the run it made, never a second run."""
+    key, lost_since = secrets.token_hex(16), None
+    while True:
+        try:
+            return api.post("/runs", body, headers={"Idempotency-Key": key})
+        except ApiUnreachable:
+            lost_since = lost_since or time.monotonic()
+            if time.monotonic() - lost_since > RECONNECT_SECONDS:
+                raise
+            time.sleep(1)
 
 
 def check_first(api, path: str, body: dict) -> None:

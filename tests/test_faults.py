@@ -152,6 +152,20 @@ def test_a_refused_run_is_not_kept_and_its_name_is_free(faulty, code):
     assert again.returncode == 0, again.stderr
 
 
+def test_a_retried_submit_with_its_idempotency_key_gets_the_same_run(faulty):
+    body = {"project": "p", "command": "true", "gpu": "cpu"}
+    key = {"Idempotency-Key": "retry-" + os.urandom(8).hex()}
+    first = faulty.api("POST", "/runs", json=body, headers=key)
+    again = faulty.api("POST", "/runs", json=body, headers=key)
+    assert (first.status_code, again.status_code) == (201, 200), again.text
+    assert again.json()["run"]["name"] == first.json()["run"]["name"]
+    # Keys are the org's own: another org's same key makes its own run.
+    theirs = faulty.api("POST", "/runs", org="other", json=body, headers=key)
+    assert theirs.status_code == 201 and theirs.json()["run"]["name"] != ""
+    bad = faulty.api("POST", "/runs", json=body, headers={"Idempotency-Key": "x; rm -rf /"})
+    assert bad.status_code == 400 and "Idempotency-Key" in bad.json()["error"]
+
+
 def test_a_server_killed_after_sbatch_leaves_a_job_the_reconciler_adopts(faulty, code):
     (faulty.hold / "hold-after").touch()
     earlier = set(squeue_ids("adopt-me"))   # the other database's stack ran it too
@@ -165,10 +179,13 @@ def test_a_server_killed_after_sbatch_leaves_a_job_the_reconciler_adopts(faulty,
         kill_server(faulty)
     finally:
         (faulty.hold / "hold-after").unlink()
-    out, err = user.communicate(timeout=60)
-    assert user.returncode == 1 and b"API" in err.splitlines()[-1], err
     faulty.services("start", "server")
-    run = faulty.wait_for_status("adopt-me", "succeeded", timeout=60)
+    # div run tried again with its Idempotency-Key: the run it had made,
+    # followed to its end as if nothing had happened.
+    out, err = user.communicate(timeout=120)
+    assert (user.returncode, out) == (0, b"all of it\n"), err
+    run = faulty.run_json("adopt-me")
+    assert run["status"] == "succeeded"
     assert run["slurm_job_id"] == job and run["cost"] != "0.00"
     logs = followed(faulty, code, "adopt-me")
     assert (logs.returncode, logs.stdout) == (0, b"all of it\n")
@@ -187,13 +204,14 @@ def test_a_server_killed_before_sbatch_leaves_a_run_settled_as_never_submitted(f
         kill_server(faulty)
     finally:
         (faulty.hold / "hold-before").unlink()
-    user.communicate(timeout=60)
-    assert user.returncode == 1
     faulty.services("start", "server")
     ended = time.monotonic()
     run = faulty.wait_for_status("never-sent", "failed", timeout=SUBMIT_GRACE + 30)
     assert time.monotonic() - ended < SUBMIT_GRACE + 10
     assert (run["slurm_job_id"], run["cost"], run["started_at"]) == (None, "0.00", None)
+    _, err = user.communicate(timeout=60)   # it got its run back and followed it to its end
+    assert user.returncode == 1 and err.decode().rstrip().endswith(
+        "never-sent failed before it started: Slurm never got it, and spent $0.00"), err
     logs = followed(faulty, code, "never-sent")
     assert logs.returncode == 1
     assert last_line(logs) == ("never-sent failed before it started: Slurm never got it, "

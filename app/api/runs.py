@@ -14,14 +14,20 @@ from app.services.follow_slots import take_follower_slot
 from app.services.logs import STREAMS, log_events
 from app.services.run_text import header_line, summary_line, waiting_text
 from app.services.secrets import log_masker
-from app.services.runs import (LIVE, check_run, create_run, find_run, list_runs, parse_request, run_dir,
-                               run_json, stop_run)
+from app.services.runs import (LIVE, check_run, create_run, find_run, list_runs, parse_request,
+                               run_dir, run_for_request_key, run_json, stop_run)
 
 
 @bp.post("/runs")
 @token_required
 def runs_create():
-    run = create_run(g.user, parse_request(request.get_json(silent=True)))
+    """With an Idempotency-Key, a retry of a request whose answer was lost
+    (the server restarted) gets the run the first one made: 200, not 201."""
+    key = request.headers.get("Idempotency-Key")
+    run = run_for_request_key(g.user.org, key)
+    if run is not None:
+        return jsonify(run=run_json(run), header=header_line(run)), 200
+    run = create_run(g.user, parse_request(request.get_json(silent=True)), key)
     return jsonify(run=run_json(run), header=header_line(run)), 201
 
 

@@ -38,6 +38,7 @@ from slurm.script import render_batch_script
 GPU_TYPES = (*jobspec.GPU_TYPES, jobspec.CPU)
 MAX_CORES_PER_NODE, MAX_GIB_PER_NODE = 64, 336
 LIVE = ("queued", "running")
+REQUEST_KEY = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 CODE_REF = re.compile(r"^([a-z0-9_-][a-z0-9._-]{0,62})/code/([0-9a-f]{8,64})$")
 MAX_TELEMETRY_BYTES = 64 * 1024
 
@@ -249,11 +250,22 @@ def check_run(user: User, req: RunRequest) -> None:
         raise _not_taken(exc) from None
 
 
-def create_run(user: User, req: RunRequest) -> Run:
+def run_for_request_key(org: Org, key: str | None) -> Run | None:
+    """The run an earlier POST /runs with this Idempotency-Key made, if any."""
+    if key is None:
+        return None
+    if not REQUEST_KEY.fullmatch(key):
+        raise Invalid("Idempotency-Key must be 16 to 64 letters, digits, - or _")
+    return db.session.execute(
+        db.select(Run).filter_by(org_id=org.id, request_key=key)).scalar_one_or_none()
+
+
+def create_run(user: User, req: RunRequest, request_key: str | None = None) -> Run:
     """The run is committed (with the job name it will have) before sbatch,
     and its job id after: a server that dies in between leaves a run the
     reconciler adopts by job name, or settles as failed when Slurm never got
-    it (app/services/submissions.py)."""
+    it (app/services/submissions.py). The caller has looked for a run of
+    the same `request_key` first (run_for_request_key)."""
     org = user.org
     sizing = size_run(org, req)
     code_dir = None
@@ -273,7 +285,7 @@ def create_run(user: User, req: RunRequest) -> Run:
               env=req.env, code_ref=req.code_ref, telemetry=req.telemetry,
               rate_micros_per_hour=sizing.rate, max_spend_micros=req.max_spend_micros,
               time_limit_minutes=sizing.minutes, time_limit_by=sizing.limited_by,
-              secret_names=req.secrets,
+              secret_names=req.secrets, request_key=request_key,
               secrets_sealed=seal(json.dumps(secret_values)) if secret_values else None,
               checks=[{"check": c, "verdict": None, "value": None} for c in req.checks])
     _insert_with_name(run, req.name)
