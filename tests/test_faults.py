@@ -294,8 +294,13 @@ def _node_state(node: str) -> str:
 
 
 def test_a_node_that_fails_mid_run_fails_the_run_once_and_slurm_does_not_rerun_it(faulty, code):
-    name = detached(faulty, code, "--gpu", "h100", "--gpus", "16", "--", "sleep 300")
+    name = detached(faulty, code, "--gpu", "h100", "--gpus", "16", "--",
+                    "echo up > /mnt/ranks/$NODE_RANK-$SLURM_JOB_ID; sleep 300")
     run = faulty.wait_for_status(name, "running", timeout=30)
+    # Its command runs on node2 (a slurmd stopped during the launch fails
+    # the launch instead: FAILED, not a node failure).
+    ranks = faulty.data_dir / "share" / "e2e" / "ranks"
+    _wait(lambda: (ranks / f"1-{run['slurm_job_id']}").exists(), 30, "rank 1 did not start")
     stop_daemon("slurmd-node2")
     try:
         run = faulty.wait_for_status(name, "failed", timeout=120)
