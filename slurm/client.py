@@ -16,6 +16,12 @@ log = logging.getLogger("divergent.slurm")
 TIME_ENV = {"SLURM_TIME_FORMAT": "%s"}
 
 
+# sbatch failures after which the controller may have the job all the same:
+# never a refusal (which would forget the run), never "not received".
+UNSURE = ("Unable to contact slurm controller", "Socket timed out",
+          "Zero Bytes were transmitted")
+
+
 class SlurmError(RuntimeError):
     """Slurm refused or failed a command; the message is Slurm's own."""
 
@@ -71,6 +77,9 @@ class SlurmClient:
             # (A send or receive failure may have reached it: not this.)
             raise SubmitNotReceived(f"Slurm's controller does not answer "
                                     f"({_slurm_message(result)})")
+        if any(text in result.stderr for text in UNSURE):
+            raise SlurmUnreachable(f"Slurm's controller did not answer in time "
+                                   f"({_slurm_message(result)})")
         return result
 
     def submit(self, script: str) -> str:
@@ -95,10 +104,6 @@ class SlurmClient:
 
     def cancel(self, job_id: str) -> None:
         self._run(["scancel", _job_id(job_id)])
-
-    def cancel_named(self, name: str, account: str) -> None:
-        """Cancels every job of `account` named `name` (none is fine)."""
-        self._run(["scancel", f"--name={name}", f"--account={account}"])
 
     def query(self, job_ids: list[str], squeue_alone: bool = False) -> dict[str, JobRecord]:
         """Records for many jobs in one squeue and one sacct call. With

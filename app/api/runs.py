@@ -24,7 +24,7 @@ def runs_create():
     """With an Idempotency-Key, a retry of a request whose answer was lost
     (the server restarted) gets the run the first one made: 200, not 201."""
     key = request.headers.get("Idempotency-Key")
-    run = run_for_request_key(g.user.org, key)
+    run = run_for_request_key(g.user.org_id, key)
     if run is not None:
         return jsonify(run=run_json(run), header=header_line(run)), 200
     run = create_run(g.user, parse_request(request.get_json(silent=True)), key)

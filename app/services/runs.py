@@ -186,13 +186,18 @@ def _generated_name(length: int) -> str:
     return "run-" + "".join(secrets.choice(alphabet) for _ in range(length))
 
 
-def _insert_with_name(run: Run, wanted: str | None) -> None:
+def _insert_with_name(run: Run, wanted: str | None) -> Run | None:
     """Unique in the org: run- and four base-36 characters, longer on
-    collision. Committed: the run is on record before its job exists."""
+    collision. Committed: the run is on record before its job exists.
+    Returns the run a request with the same key made meanwhile, if one did
+    (a retry that came while the first request was still at work)."""
     for attempt in range(8):
         run.name = wanted or _generated_name(4 + attempt // 2)
         if add_unique(run):
-            return
+            return None
+        made = run_for_request_key(run.org_id, run.request_key)
+        if made is not None:
+            return made
         if wanted:
             raise Conflict(f"a run named {wanted} already exists")
     raise Conflict("could not find a free run name; try again")
@@ -250,14 +255,14 @@ def check_run(user: User, req: RunRequest) -> None:
         raise _not_taken(exc) from None
 
 
-def run_for_request_key(org: Org, key: str | None) -> Run | None:
+def run_for_request_key(org_id: int, key: str | None) -> Run | None:
     """The run an earlier POST /runs with this Idempotency-Key made, if any."""
     if key is None:
         return None
     if not REQUEST_KEY.fullmatch(key):
         raise Invalid("Idempotency-Key must be 16 to 64 letters, digits, - or _")
     return db.session.execute(
-        db.select(Run).filter_by(org_id=org.id, request_key=key)).scalar_one_or_none()
+        db.select(Run).filter_by(org_id=org_id, request_key=key)).scalar_one_or_none()
 
 
 def create_run(user: User, req: RunRequest, request_key: str | None = None) -> Run:
@@ -288,7 +293,9 @@ def create_run(user: User, req: RunRequest, request_key: str | None = None) -> R
               secret_names=req.secrets, request_key=request_key,
               secrets_sealed=seal(json.dumps(secret_values)) if secret_values else None,
               checks=[{"check": c, "verdict": None, "value": None} for c in req.checks])
-    _insert_with_name(run, req.name)
+    made = _insert_with_name(run, req.name)
+    if made is not None:
+        return made
     state = run_dir(org, run.name)
     try:
         script = _job_script(org, run.name, req, sizing, code_dir)
@@ -374,9 +381,11 @@ def stop_run(run: Run) -> bool:
     try:
         # Without a job id yet: canceled now, and a submit still going then
         # cancels the job it makes; unless it recorded one meanwhile.
-        if run.slurm_job_id is None and not adopt_job(run) and \
-                settle_without_job(run, "canceled"):
-            return True
+        if run.slurm_job_id is None and not adopt_job(run):
+            if settle_without_job(run, "canceled"):
+                return True
+            if run.slurm_job_id is None:   # reread: the reconciler ended it meanwhile
+                return False
         slurm_client().cancel(run.slurm_job_id)
     except SlurmError as exc:
         raise Unavailable(f"Slurm did not cancel the run: {exc}") from None

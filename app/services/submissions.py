@@ -49,8 +49,17 @@ def adopt_job(run: Run) -> bool:
 
 
 def _adopt(run: Run, job_id: str) -> None:
-    log.info("%s: adopted job %s, which its submit had not recorded", run.name, job_id)
-    run.slurm_job_id = job_id
+    """The job id, committed, while the run is still queued without one; a
+    run stopped meanwhile has its job canceled."""
+    taken = db.session.execute(sa.update(Run).where(
+        Run.id == run.id, Run.status == "queued", Run.slurm_job_id.is_(None)).values(
+        slurm_job_id=job_id)).rowcount
+    db.session.commit()
+    if taken:
+        log.info("%s: adopted job %s, which its submit had not recorded", run.name, job_id)
+    elif run.slurm_job_id is None:
+        log.info("%s: canceling job %s, which showed up after the run ended", run.name, job_id)
+        slurm_client().cancel(job_id)
 
 
 def settle_without_job(run: Run, status: str) -> bool:
@@ -91,23 +100,12 @@ def settle_unsubmitted() -> int:
         for run in runs:
             if job_name(run.name) in found:
                 _adopt(run, found[job_name(run.name)])
-                db.session.commit()
             elif complete and run.created_at <= now - grace:
                 log.warning("%s: Slurm never got it (the server stopped while submitting?); "
                             "it is failed", run.name)
                 if not settle_without_job(run, "failed"):
                     continue
-                _cancel_by_name(org, run)
             else:
                 continue
             changed += 1
     return changed
-
-
-def _cancel_by_name(org: Org, run: Run) -> None:
-    """A job that shows up after its run was given up on (an sbatch slower
-    than any grace) is canceled, never left to run unfollowed."""
-    try:
-        slurm_client().cancel_named(job_name(run.name), org.slurm_account)
-    except SlurmError as exc:
-        log.warning("could not cancel jobs named %s: %s", job_name(run.name), exc)
