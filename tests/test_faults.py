@@ -242,9 +242,13 @@ def test_a_server_killed_before_sbatch_leaves_a_run_settled_as_never_submitted(f
 # --- Slurm's daemons ----------------------------------------------------
 
 def test_slurmctld_down_refuses_new_runs_and_loses_nothing_of_live_ones(faulty, code):
-    names = [detached(faulty, code, "--", f"sleep 6; echo run {i} ended") for i in range(2)]
-    _wait(lambda: all(faulty.run_json(n)["status"] == "running" for n in names), 30,
-          "the runs did not start")
+    names = [detached(faulty, code, "--", f"echo started; sleep 6; echo run {i} ended")
+             for i in range(2)]
+    # Their commands run (a job whose step the controller has not made yet
+    # fails to launch without it: Slurm's failure, not one of ours).
+    _wait(lambda: all((faulty.data_dir / "runs" / "e2e" / n / "stdout").exists() and
+                      (faulty.data_dir / "runs" / "e2e" / n / "stdout").read_bytes()
+                      for n in names), 30, "the runs did not start")
     stop_daemon("slurmctld")
     try:
         down = faulty.div("run", "--gpu", "cpu", "--no-upload", "--name", "ctl-down", "--",
@@ -259,7 +263,7 @@ def test_slurmctld_down_refuses_new_runs_and_loses_nothing_of_live_ones(faulty, 
     back = time.monotonic()
     for i, name in enumerate(names):
         logs = followed(faulty, code, name)
-        assert (logs.returncode, logs.stdout) == (0, f"run {i} ended\n".encode())
+        assert (logs.returncode, logs.stdout) == (0, f"started\nrun {i} ended\n".encode())
     recovered = time.monotonic() - back
     assert recovered < 30, recovered
     assert faulty.api("GET", "/runs/ctl-down").status_code == 404   # its name is free
