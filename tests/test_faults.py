@@ -247,8 +247,9 @@ def test_slurmctld_down_refuses_new_runs_and_loses_nothing_of_live_ones(faulty, 
     # Their commands run (a job whose step the controller has not made yet
     # fails to launch without it: Slurm's failure, not one of ours).
     _wait(lambda: all((faulty.data_dir / "runs" / "e2e" / n / "stdout").exists() and
-                      (faulty.data_dir / "runs" / "e2e" / n / "stdout").read_bytes()
-                      for n in names), 30, "the runs did not start")
+                      (faulty.data_dir / "runs" / "e2e" / n / "stdout").read_bytes() and
+                      faulty.run_json(n)["status"] == "running" for n in names), 30,
+          "the runs did not start")
     stop_daemon("slurmctld")
     try:
         down = faulty.div("run", "--gpu", "cpu", "--no-upload", "--name", "ctl-down", "--",
@@ -257,7 +258,8 @@ def test_slurmctld_down_refuses_new_runs_and_loses_nothing_of_live_ones(faulty, 
         assert last_line(down).startswith("Slurm did not take the run: Slurm's controller "
                                           "does not answer (")
         time.sleep(8)   # the runs end while nobody can ask Slurm
-        assert all(faulty.run_json(n)["status"] == "running" for n in names)
+        # Nothing marked wrongly (one may have ended before the controller went).
+        assert {faulty.run_json(n)["status"] for n in names} <= {"running", "succeeded"}
     finally:
         start_daemons()
     back = time.monotonic()
