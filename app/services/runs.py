@@ -26,7 +26,7 @@ from app.services.secrets import (check_secret_name, remove_secrets_file, seal, 
 from app.services.slurm_access import ensure_org_account, slurm_client, slurm_site
 from app.services.usage import minutes_left
 from app.services.code import stored_tree
-from app.services.submissions import adopt_job, settle_without_job
+from app.services.submissions import adopt_job, record_job, settle_without_job
 from app.services.volumes import (ensure_volume, org_dir, run_dir, trees_dir,
                                   volumes_in_command)
 from slurm.client import SlurmError, SubmitNotReceived, SubmitRefused
@@ -346,13 +346,7 @@ def _not_taken(exc: SlurmError) -> Unavailable:
 def _record_job(run: Run, job_id: str) -> None:
     """The job id, unless the run was settled meanwhile (stopped while
     sbatch ran, or given up by the reconciler): then the job goes."""
-    taken = db.session.execute(sa.update(Run).where(
-        Run.id == run.id, Run.status == "queued", Run.slurm_job_id.is_(None)).values(
-        slurm_job_id=job_id)).rowcount
-    db.session.commit()
-    if not taken and run.slurm_job_id != job_id:
-        with contextlib.suppress(SlurmError):
-            slurm_client().cancel(job_id)
+    if not record_job(run, job_id):
         raise Conflict(f"{run.name} was {run.status} before Slurm took it; its job "
                        f"{job_id} is canceled")
 

@@ -49,17 +49,31 @@ def adopt_job(run: Run) -> bool:
 
 
 def _adopt(run: Run, job_id: str) -> None:
-    """The job id, committed, while the run is still queued without one; a
-    run stopped meanwhile has its job canceled."""
-    taken = db.session.execute(sa.update(Run).where(
-        Run.id == run.id, Run.status == "queued", Run.slurm_job_id.is_(None)).values(
-        slurm_job_id=job_id)).rowcount
-    db.session.commit()
-    if taken:
+    if record_job(run, job_id):
         log.info("%s: adopted job %s, which its submit had not recorded", run.name, job_id)
-    elif run.slurm_job_id is None:
-        log.info("%s: canceling job %s, which showed up after the run ended", run.name, job_id)
+
+
+def _while_without_job(run: Run, **values) -> bool:
+    """Changes a run, committed, only while it is queued without a job id:
+    its submit, a stop and the reconciler may race for it. Whether it did."""
+    changed = db.session.execute(sa.update(Run).where(
+        Run.id == run.id, Run.status == "queued", Run.slurm_job_id.is_(None)).values(
+        **values)).rowcount
+    db.session.commit()
+    return bool(changed)
+
+
+def record_job(run: Run, job_id: str) -> bool:
+    """Gives the run its job id; False, with the job canceled, when the run
+    ended meanwhile (stopped, or given up on) and never runs it."""
+    if _while_without_job(run, slurm_job_id=job_id) or run.slurm_job_id == job_id:
+        return True
+    log.info("%s: canceling job %s, which came after the run ended", run.name, job_id)
+    try:
         slurm_client().cancel(job_id)
+    except SlurmError as exc:
+        log.warning("could not cancel job %s: %s", job_id, exc)
+    return False
 
 
 def settle_without_job(run: Run, status: str) -> bool:
@@ -67,11 +81,9 @@ def settle_without_job(run: Run, status: str) -> bool:
     or failed because Slurm never got it; nothing ran, so nothing is billed.
     Only while it still has no job id: False (the run reread) when its
     submit recorded one meanwhile."""
-    ended = db.session.execute(sa.update(Run).where(
-        Run.id == run.id, Run.status == "queued", Run.slurm_job_id.is_(None)).values(
-        status=status, slurm_state=NOT_SUBMITTED if status == "failed" else None,
-        ended_at=utcnow(), elapsed_seconds=0, cost_micros=0, pending_reason=None)).rowcount
-    db.session.commit()
+    ended = _while_without_job(
+        run, status=status, slurm_state=NOT_SUBMITTED if status == "failed" else None,
+        ended_at=utcnow(), elapsed_seconds=0, cost_micros=0, pending_reason=None)
     if ended and run.secrets_sealed:
         remove_secrets_file(run_dir(db.session.get(Org, run.org_id), run.name))
     return bool(ended)
