@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FLASK_APP := wsgi.py
 
-.PHONY: up test down cluster postgres test-tools
+.PHONY: up test test-fast lint down cluster postgres test-tools
 
 # The server, the reconciler and their admin commands run as the service
 # user (scripts/services); the key file for the developer is copied out.
@@ -19,8 +19,16 @@ up: $(VENV)/.installed cluster
 	install -m 600 instance/dev.env .div-dev.env
 	@echo "copied to .div-dev.env (mode 0600): set -a; . ./.div-dev.env; set +a"
 
-test: $(VENV)/.installed cluster postgres test-tools
+test: lint cluster postgres test-tools
 	$(BIN)/pytest
+
+# The tests that need neither Slurm nor a server (tests/conftest.py marks
+# the others): under a minute, for the loop while editing.
+test-fast: lint
+	$(BIN)/pytest -m "not cluster and not server" -q
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
 
 down:
 	-scripts/services stop

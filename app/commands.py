@@ -14,8 +14,7 @@ from app.extensions import db
 from app.models import ROLES, User
 from app.services.errors import ServiceError
 from app.services.keys import create_key, user_for_key
-from app.services.orgs import (InvalidName, add_user, find_org, get_or_create_org,
-                               get_or_create_user)
+from app.services.orgs import InvalidName, add_user, find_org, get_or_create_org, get_or_create_user
 from app.services.passwords import set_password, user_for_password
 from app.services.volumes import data_path
 

@@ -5,7 +5,7 @@ datetimes; every row that belongs to an org carries org_id, and every query
 of the app is scoped by it."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column, relationship
@@ -23,7 +23,7 @@ def iso_utc(moment: datetime | None) -> str | None:
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class UTCDateTime(sa.TypeDecorator):
@@ -35,14 +35,14 @@ class UTCDateTime(sa.TypeDecorator):
     def process_bind_param(self, value, dialect):
         if value is not None and value.tzinfo is None:
             raise ValueError("naive datetime: use aware UTC datetimes")
-        return value.astimezone(timezone.utc) if value is not None else None
+        return value.astimezone(UTC) if value is not None else None
 
     def process_result_value(self, value, dialect):
         if value is None:
             return None
         if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
 
 
 class Org(db.Model):

@@ -11,8 +11,7 @@ from app.extensions import db
 from app.services.billing import recompute
 from app.services.errors import NotFound
 from app.services.orgs import find_org
-from app.services.pricing import (format_usd, load_prices, monthly_limit, save_prices,
-                                  usd_text, with_prices)
+from app.services.pricing import format_usd, load_prices, monthly_limit, save_prices, usd_text, with_prices
 from app.services.usage import month_bounds
 
 

@@ -12,21 +12,21 @@ import os
 import socket
 import time
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from app.extensions import db
 from app.models import Org, Run
 from app.services import leases
 from app.services.checks import verdict
+from app.services.errors import Unavailable
 from app.services.metrics import CYCLE_BUDGET, ORG_CYCLE_BUDGET, MetricsRead, read_metrics
 from app.services.pricing import cost
 from app.services.runs import LIVE, run_dir, run_json
-from app.services.errors import Unavailable
 from app.services.schedules import fire_due
-from app.services.submissions import settle_unsubmitted
 from app.services.secrets import masked_metrics, remove_secrets_file
-from app.services.usage import month_spend
 from app.services.slurm_access import slurm_client
+from app.services.submissions import settle_unsubmitted
+from app.services.usage import month_spend
 from slurm.client import SlurmError
 from slurm.records import JobRecord, run_status
 
@@ -35,7 +35,7 @@ log = logging.getLogger("divergent.reconciler")
 
 
 def _moment(epoch: int | None) -> datetime | None:
-    return datetime.fromtimestamp(epoch, timezone.utc) if epoch else None
+    return datetime.fromtimestamp(epoch, UTC) if epoch else None
 
 
 def settle(run: Run, record: JobRecord, state_dir: str | None = None,

@@ -14,8 +14,7 @@ from app.services.doctor import examine
 from app.services.errors import ServiceError
 from app.services.pricing import format_usd
 from app.services.secrets import rotate
-from app.services.site import (TRANSPORTS, SiteConfigError, load_site, save_site,
-                               with_changes)
+from app.services.site import TRANSPORTS, SiteConfigError, load_site, save_site, with_changes
 from app.services.usage import month_spend, usage_report
 from slurm.jobspec import RUNTIMES
 

@@ -12,7 +12,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -41,7 +41,7 @@ def main() -> None:
         with app.app_context():
             org, user, project = fresh_org()
             set_password(user, PASSWORD)
-            start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+            start = datetime(2026, 1, 1, tzinfo=UTC)
             db.session.execute(db.insert(Run), [dict(
                 org_id=org.id, project_id=project.id, user_id=user.id, name=f"run-{i:06d}",
                 status="succeeded", gpu_type="h100", gpus=1, cpus=1, memory_gib=8, image="img",

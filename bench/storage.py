@@ -11,8 +11,8 @@ disk says more about its writeback than about either tool.
 from __future__ import annotations
 
 import os
-import statistics
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,7 +47,7 @@ def make_tree(folder: Path, files: int, size: int) -> None:
 def compare(label: str, ours: list[float], theirs: list[float], nbytes: int) -> None:
     """Medians of rounds taken alternately, since this disk's speed drifts."""
     ours_s, theirs_s = statistics.median(ours), statistics.median(theirs)
-    ratios = sorted(t / o * 100 for o, t in zip(ours, theirs))
+    ratios = sorted(t / o * 100 for o, t in zip(ours, theirs, strict=True))
     print(f"{label:26s} div {nbytes / ours_s / 1e6:7.1f} MB/s ({ours_s:5.2f} s)  "
           f"cp -r {nbytes / theirs_s / 1e6:7.1f} MB/s ({theirs_s:5.2f} s)  "
           f"= {statistics.median(ratios):5.1f}% of cp's rate "

@@ -48,6 +48,6 @@ def started(iso: str | None) -> str:
 
 
 def table(headers: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=True)]
     for row in [headers, *rows]:
-        click.echo("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip())
+        click.echo("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

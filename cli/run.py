@@ -14,9 +14,20 @@ import click
 
 from cli.api import ApiError, ApiUnreachable
 from cli.context import fail, pass_api
-from cli.flags import (GPU_TYPES, check_hardware, command_for, parse_check, parse_env,
-                       parse_image, parse_memory, parse_name, parse_secret_name, parse_usd,
-                       parse_volume, safe_project_name)
+from cli.flags import (
+    GPU_TYPES,
+    check_hardware,
+    command_for,
+    parse_check,
+    parse_env,
+    parse_image,
+    parse_memory,
+    parse_name,
+    parse_secret_name,
+    parse_usd,
+    parse_volume,
+    safe_project_name,
+)
 from cli.follow import RECONNECT_SECONDS, follow
 from cli.output import count, exit_code_for, print_json
 from cli.upload import format_bytes, hash_files, list_files, upload

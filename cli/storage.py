@@ -7,7 +7,7 @@ import os
 import sys
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -17,8 +17,7 @@ from cli.context import pass_api
 from cli.flags import parse_volume
 from cli.output import count, print_json, started, table
 from cli.progress import Progress
-from cli.upload import (LocalFile, file_sha256, format_bytes, hash_files, regular_files,
-                        walk_files)
+from cli.upload import LocalFile, file_sha256, format_bytes, hash_files, regular_files, walk_files
 
 PARALLEL = 8
 # Small files travel many to a request, as one tar stream: a request per
@@ -142,7 +141,7 @@ def ls(api: ApiClient, volume: str | None, path: str, as_json: bool) -> None:
 
 
 def _modified(mtime: float) -> str:
-    return started(datetime.fromtimestamp(mtime, timezone.utc).isoformat())
+    return started(datetime.fromtimestamp(mtime, UTC).isoformat())
 
 
 def _fetch(api: ApiClient, volume: str, entry: dict, local: Path, progress: Progress) -> bool:
@@ -205,7 +204,7 @@ def get(api: ApiClient, volume: str, path: str, dest: str | None) -> None:
             fetched = list(pool.map(lambda job: _fetch(api, volume, job[0], job[1], progress), jobs))
         finally:
             progress.close()
-    total = sum(e["size"] for (e, _), got in zip(jobs, fetched) if got)
+    total = sum(e["size"] for (e, _), got in zip(jobs, fetched, strict=True) if got)
     skipped = fetched.count(False)
     click.echo(f"{count(fetched.count(True), 'file')}, {format_bytes(total)} → {dest}"
                + (f" ({skipped} already complete)" if skipped else ""), err=True)

@@ -114,7 +114,7 @@ def hash_files(root: Path, paths: list[str]) -> list[LocalFile]:
     sizes = {rel: (root / rel).stat().st_size for rel in paths}
     large = [rel for rel in paths if sizes[rel] >= 1 << 20]
     with ThreadPoolExecutor(PARALLEL) as pool:
-        hashed = dict(zip(large, pool.map(lambda rel: _hash(root, rel), large)))
+        hashed = dict(zip(large, pool.map(lambda rel: _hash(root, rel), large), strict=True))
     return [hashed[rel] if rel in hashed else _hash(root, rel) for rel in paths]
 
 

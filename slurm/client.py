@@ -6,8 +6,17 @@ from __future__ import annotations
 import logging
 import time
 
-from slurm.records import (SACCT_FIELDS, SINFO_FIELDS, SQUEUE_FORMAT, JobRecord, NodeRecord,
-                           merge, parse_sacct, parse_sinfo_nodes, parse_squeue)
+from slurm.records import (
+    SACCT_FIELDS,
+    SINFO_FIELDS,
+    SQUEUE_FORMAT,
+    JobRecord,
+    NodeRecord,
+    merge,
+    parse_sacct,
+    parse_sinfo_nodes,
+    parse_squeue,
+)
 from slurm.transport import CommandResult, LocalTransport, TransportError
 
 log = logging.getLogger("divergent.slurm")

@@ -366,11 +366,11 @@ def test_no_metrics_line_request_or_volume_shape_takes_the_service_down(stack, p
     # Requests that once were 500s are 400s that say why.
     surrogate = '"\\ud800"'
     for method, path, body in (
-            ("PUT", "/secrets/A", '{"value": %s}' % surrogate),
-            ("POST", "/keys", '{"name": %s}' % surrogate),
-            ("POST", "/runs", '{"project": "p", "command": %s}' % surrogate),
+            ("PUT", "/secrets/A", f'{{"value": {surrogate}}}'),
+            ("POST", "/keys", f'{{"name": {surrogate}}}'),
+            ("POST", "/runs", f'{{"project": "p", "command": {surrogate}}}'),
             ("POST", "/schedules", '{"cron": "* * * * *", "run": {"project": "p", '
-                                   '"command": "true", "env": {"A": %s}}}' % surrogate),
+                                   f'"command": "true", "env": {{"A": {surrogate}}}}}}}'),
             ("POST", "/runs", "[" * 100000),
             ("POST", "/runs", '{"project": "p", "command": "true", "max_spend": "1e999999"}'),
             ("POST", "/schedules", '{"cron": "0 0 31 2 *", "run": {"project": "p", '

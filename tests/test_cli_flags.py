@@ -6,8 +6,16 @@ from decimal import Decimal
 import click
 import pytest
 
-from cli.flags import (check_hardware, command_for, parse_check, parse_env, parse_memory,
-                       parse_name, parse_usd, safe_project_name)
+from cli.flags import (
+    check_hardware,
+    command_for,
+    parse_check,
+    parse_env,
+    parse_memory,
+    parse_name,
+    parse_usd,
+    safe_project_name,
+)
 
 
 @pytest.mark.parametrize("words, after_dashes, command", [

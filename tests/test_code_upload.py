@@ -10,8 +10,7 @@ import pytest
 
 from app import create_app
 from app.extensions import db
-from app.services.code import (MissingBlobs, lay_out_tree, parse_manifest, store_blob,
-                               stored_tree, tree_hash)
+from app.services.code import MissingBlobs, lay_out_tree, parse_manifest, store_blob, stored_tree, tree_hash
 from app.services.errors import Invalid
 from app.services.orgs import get_or_create_org
 

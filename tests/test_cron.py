@@ -1,7 +1,7 @@
 """Cron expressions as crontab(5) reads them, in UTC."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -9,7 +9,7 @@ from app.services.cron import CronError, parse_cron
 
 
 def at(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
 @pytest.mark.parametrize("expression, after, expected", [

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -32,7 +32,7 @@ def app(tmp_path):
             project = Project(org_id=org.id, name=f"{org_name}-proj")
             db.session.add(project)
             db.session.flush()
-            start = datetime(2026, 11, 1, tzinfo=timezone.utc)
+            start = datetime(2026, 11, 1, tzinfo=UTC)
             for i in range(runs):
                 db.session.add(Run(org_id=org.id, project_id=project.id, user_id=user.id,
                                    name=f"{username}-{i:03d}", gpu_type="h100" if i % 2 else "cpu",

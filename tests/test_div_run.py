@@ -10,7 +10,8 @@ import time
 
 from tests.stack import VENV_BIN
 
-HEADER = re.compile(r"^(run-[a-z0-9]{4,}) (.+) \$(\d+\.\d\d)/h (max spend \$\d+\.\d\d \(about .+\)|no spend limit)$")
+HEADER = re.compile(r"^(run-[a-z0-9]{4,}) (.+) \$(\d+\.\d\d)/h "
+                    r"(max spend \$\d+\.\d\d \(about .+\)|no spend limit)$")
 
 
 def write(folder, name, text, mode=0o644):

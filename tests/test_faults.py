@@ -330,9 +330,10 @@ def test_a_node_that_fails_mid_run_fails_the_run_once_and_slurm_does_not_rerun_i
 def test_the_reconciler_killed_mid_cycle_charges_every_run_once(faulty, code):
     names = [detached(faulty, code, "--", "sleep 1") for _ in range(6)]
     log, pids = faulty.base / "pids" / "reconciler.log", faulty.base / "pids" / "reconciler.pid"
-    for round in range(2):
-        if round:   # the new one acts once the killed one's lease runs out
-            _wait(lambda: b"is acting" in log.read_bytes()[seen:], 30, "it did not act")
+    seen = None
+    for _ in range(2):
+        if seen is not None:   # the new one acts once the killed one's lease runs out
+            _wait(lambda since=seen: b"is acting" in log.read_bytes()[since:], 30, "it did not act")
         time.sleep(0.4)
         os.kill(int(pids.read_text()), signal.SIGKILL)
         seen = log.stat().st_size

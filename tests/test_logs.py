@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 
-from app.services.logs import utf8_prefix, chunk_event, log_events, read_new
+from app.services.logs import chunk_event, log_events, read_new, utf8_prefix
 
 
 def test_a_character_cut_in_half_waits_for_its_other_half():

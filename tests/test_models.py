@@ -2,7 +2,7 @@
 users, keys, projects, volumes and runs, and the API's key check."""
 from __future__ import annotations
 
-from datetime import timezone
+from datetime import UTC
 
 import pytest
 import sqlalchemy as sa
@@ -50,7 +50,7 @@ def test_a_run_belongs_to_an_org_project_and_user(app):
 
     run = db.session.execute(db.select(Run).filter_by(org_id=org.id, name="run-k4t9")).scalar_one()
     assert (run.status, run.cost_micros, run.env) == ("queued", 0, {"LR": "3e-4"})
-    assert run.created_at.tzinfo == timezone.utc
+    assert run.created_at.tzinfo == UTC
     assert org.slurm_account == "acme"
 
 

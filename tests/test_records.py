@@ -1,8 +1,15 @@
 """Parsing squeue, sacct and sinfo, and the decisions on their answers."""
 from __future__ import annotations
 
-from slurm.records import (JobRecord, merge, parse_gres, parse_sacct, parse_sinfo_nodes,
-                           parse_squeue, run_status)
+from slurm.records import (
+    JobRecord,
+    merge,
+    parse_gres,
+    parse_sacct,
+    parse_sinfo_nodes,
+    parse_squeue,
+    run_status,
+)
 
 SACCT = (
     "41|COMPLETED|0:0|1796059887|1796059899|12|node[1-2]|None\n"

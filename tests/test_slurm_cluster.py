@@ -120,7 +120,7 @@ def test_a_one_minute_time_limit_ends_as_timeout(sshd, slurm_cluster, tmp_path):
         for d in dirs:
             d.mkdir(parents=True)
         jobs.append(submit(client, spec_for(dirs, "sleep 600", time_limit_minutes=1)))
-    for client, job in zip(clients, jobs):
+    for client, job in zip(clients, jobs, strict=True):
         record = wait_for_end(client, job, timeout=150)
         assert record.state == "TIMEOUT"
         assert run_status(record) == "budget_exceeded"

@@ -13,9 +13,19 @@ from app.request_args import int_arg
 from app.services.follow_slots import take_follower_slot
 from app.services.logs import STREAMS, log_events
 from app.services.run_text import header_line, summary_line, waiting_text
+from app.services.runs import (
+    LIVE,
+    check_run,
+    create_run,
+    find_run,
+    list_runs,
+    parse_request,
+    run_dir,
+    run_for_request_key,
+    run_json,
+    stop_run,
+)
 from app.services.secrets import log_masker
-from app.services.runs import (LIVE, check_run, create_run, find_run, list_runs, parse_request,
-                               run_dir, run_for_request_key, run_json, stop_run)
 
 
 @bp.post("/runs")

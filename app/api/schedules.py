@@ -7,8 +7,13 @@ from flask import g, jsonify, request
 from app.api import bp
 from app.api.auth import token_required
 from app.services.errors import Invalid
-from app.services.schedules import (check_schedule, create_schedule, delete_schedule, schedule_json,
-                                    schedules_of)
+from app.services.schedules import (
+    check_schedule,
+    create_schedule,
+    delete_schedule,
+    schedule_json,
+    schedules_of,
+)
 
 
 @bp.get("/schedules")

@@ -6,11 +6,18 @@ from flask import g, jsonify, request
 
 from app.api import bp
 from app.api.auth import token_required
-from app.request_args import STREAMED
 from app.downloads import send_volume_file
+from app.request_args import STREAMED
 from app.services.errors import Invalid
-from app.services.storage import (delete, delete_volume, files_to_send, list_path,
-                                  store_bundle, store_file, volume_summaries)
+from app.services.storage import (
+    delete,
+    delete_volume,
+    files_to_send,
+    list_path,
+    store_bundle,
+    store_file,
+    volume_summaries,
+)
 from app.services.volumes import check_volume_name
 
 

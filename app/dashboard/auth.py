@@ -16,7 +16,6 @@ from app.services import throttle
 from app.services.errors import Forbidden
 from app.services.passwords import user_for_password
 
-
 # Where sign-in may send the browser: a path of this site, printable ASCII
 # with no backslash, never `//host` (browsers drop tabs and newlines, so
 # `/\t/evil.example` would be one).

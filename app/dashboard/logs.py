@@ -9,8 +9,8 @@ import os
 from flask import g, render_template, request
 
 from app.dashboard import bp
-from app.request_args import int_arg
 from app.dashboard.auth import login_required
+from app.request_args import int_arg
 from app.services.logs import STREAMS, read_new, utf8_prefix
 from app.services.masking import Masker
 from app.services.runs import LIVE, find_run, run_dir

@@ -2,18 +2,17 @@
 polling while any is live) and one run."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from flask import flash, g, redirect, render_template, request, url_for
 
 from app.dashboard import bp
-from app.request_args import int_arg
 from app.dashboard.auth import login_required
-from app.models import RUN_STATUSES
-from app.services.run_text import format_duration, hardware, header_line, summary_line
 from app.dashboard.logs import log_window
-from app.services.runs import (GPU_TYPES, LIVE, find_run, page_of_runs, run_dir, run_json,
-                               stop_run)
+from app.models import RUN_STATUSES
+from app.request_args import int_arg
+from app.services.run_text import format_duration, hardware, header_line, summary_line
+from app.services.runs import GPU_TYPES, LIVE, find_run, page_of_runs, run_dir, run_json, stop_run
 from app.services.secrets import log_masker
 
 
@@ -24,7 +23,7 @@ def duration_filter(seconds):
 
 @bp.app_template_filter("timestamp")
 def timestamp_filter(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M")
 
 
 @bp.get("/")

@@ -8,8 +8,8 @@ from flask import g, jsonify, render_template
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
-from app.services.runs import LIVE, find_run, run_dir
 from app.services.metrics import read_points
+from app.services.runs import LIVE, find_run, run_dir
 from app.services.secrets import log_masker, mask_point
 from app.services.telemetry import MAX_BYTES, MAX_POINTS, chart_data, default_charts, parse_layout
 

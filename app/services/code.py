@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from app.models import Org
 from app.services.durable import sync_filesystem, sync_folder
 from app.services.errors import Invalid
-from app.services.storage import (MAX_FILE_BYTES, VolumeFolders, folders_closed,
-                                  receive_verified, uploads_dir)
+from app.services.storage import MAX_FILE_BYTES, VolumeFolders, folders_closed, receive_verified, uploads_dir
 from app.services.volumes import data_path, ensure_volume, trees_dir
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")

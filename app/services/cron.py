@@ -97,7 +97,7 @@ def parse_cron(text: str) -> Cron:
     if len(parts) != 5:
         raise CronError(f"{text!r}: a cron expression has five fields "
                         "(minute hour day-of-month month day-of-week), such as '0 3 * * *'")
-    values = [_field(part, *spec) for part, spec in zip(parts, FIELDS)]
+    values = [_field(part, *spec) for part, spec in zip(parts, FIELDS, strict=True)]
     weekdays = {day % 7 for day in values[4]}
     return Cron(text=" ".join(parts), minutes=frozenset(values[0]), hours=frozenset(values[1]),
                 days=frozenset(values[2]), months=frozenset(values[3]),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from flask import current_app
 

@@ -10,29 +10,32 @@ import secrets
 import string
 from dataclasses import dataclass, field
 
-from flask import current_app
 import sqlalchemy as sa
+from flask import current_app
 from sqlalchemy.orm import selectinload
 
 from app.extensions import db
 from app.models import Org, Project, Run, User, iso_utc
 from app.services.checks import parse_check
+from app.services.code import stored_tree
 from app.services.errors import Conflict, Invalid, NotFound, Refused, Unavailable
 from app.services.pricing import PriceTable, load_prices, micros, minutes_for, usd_text
-from app.services.run_text import waiting_text
 from app.services.rows import add_unique
-from app.services.secrets import (check_secret_name, remove_secrets_file, seal, values_for_run,
-                                  write_secrets_file)
+from app.services.run_text import waiting_text
+from app.services.secrets import (
+    check_secret_name,
+    remove_secrets_file,
+    seal,
+    values_for_run,
+    write_secrets_file,
+)
 from app.services.slurm_access import ensure_org_account, slurm_client, slurm_site
-from app.services.usage import minutes_left
-from app.services.code import stored_tree
 from app.services.submissions import adopt_job, record_job, settle_without_job
-from app.services.volumes import (ensure_volume, org_dir, run_dir, trees_dir,
-                                  volumes_in_command)
-from slurm.client import SlurmError, SubmitNotReceived, SubmitRefused
+from app.services.usage import minutes_left
+from app.services.volumes import ensure_volume, org_dir, run_dir, trees_dir, volumes_in_command
 from slurm import jobspec
-from slurm.jobspec import (DEFAULT_IMAGE, IMAGE_REF, RUN_NAME, InvalidJobSpec, JobSpec,
-                           check_env_name)
+from slurm.client import SlurmError, SubmitNotReceived, SubmitRefused
+from slurm.jobspec import DEFAULT_IMAGE, IMAGE_REF, RUN_NAME, InvalidJobSpec, JobSpec, check_env_name
 from slurm.script import render_batch_script
 
 GPU_TYPES = (*jobspec.GPU_TYPES, jobspec.CPU)

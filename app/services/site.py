@@ -30,7 +30,6 @@ from dataclasses import dataclass, field, fields
 from flask import current_app
 
 from app.instance_files import replace_file
-
 from slurm.jobspec import CPU, GPU_TYPES, STATE_PATH, InvalidJobSpec, SlurmSite
 from slurm.transport import LocalTransport, SSHTransport
 

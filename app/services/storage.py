@@ -26,8 +26,7 @@ from app.extensions import db
 from app.models import Org, Volume
 from app.services.durable import sync_filesystem, sync_folder
 from app.services.errors import Conflict, Invalid, NotFound, ServiceError, Unavailable
-from app.services.volumes import (check_volume_name, data_path, ensure_volume, org_dir,
-                                  trees_dir, volume_dir)
+from app.services.volumes import check_volume_name, data_path, ensure_volume, org_dir, trees_dir, volume_dir
 
 MAX_FILE_BYTES = 256 * 1000 * 1000   # the guide: at most 256 MB a file
 MAX_FILE_SECONDS = 300               # and 5 minutes to upload it

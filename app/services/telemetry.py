@@ -71,7 +71,7 @@ def chart_data(chart: Chart, points: list[dict]) -> dict:
             continue
         x = _number(point.get(chart.x))
         xs.append(n if x is None else x)
-        for column, value in zip(series, values):
+        for column, value in zip(series, values, strict=True):
             column.append(value)
     return {"title": chart.title, "x": chart.x, "metrics": list(chart.metrics),
             "data": [xs, *series]}

@@ -3,7 +3,7 @@ and GPU type, against its monthly limit, and what a new run may spend."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
@@ -30,8 +30,8 @@ def month_bounds(month: str | None = None) -> tuple[datetime, datetime, str]:
         year, number = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
         if not (1 <= year <= 9998 and 1 <= number <= 12):
             raise Invalid(f"month {month[:20]!r}: use YYYY-MM")
-    start = datetime(year, number, 1, tzinfo=timezone.utc)
-    end = datetime(year + (number == 12), number % 12 + 1, 1, tzinfo=timezone.utc)
+    start = datetime(year, number, 1, tzinfo=UTC)
+    end = datetime(year + (number == 12), number % 12 + 1, 1, tzinfo=UTC)
     return start, end, f"{year:04d}-{number:02d}"
 
 
