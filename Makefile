@@ -23,9 +23,9 @@ test: lint cluster postgres test-tools
 	$(BIN)/pytest
 
 # The tests that need neither Slurm nor a server (tests/conftest.py marks
-# the others): under a minute, for the loop while editing.
-test-fast: lint
-	$(BIN)/pytest -m "not cluster and not server" -q
+# the others `cluster`): under a minute, for the loop while editing.
+test-fast: lint postgres
+	$(BIN)/pytest -m "not cluster" -q
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -15,8 +15,11 @@ from app.instance_files import instance_secret
 from app.request_args import StrictJSONProvider
 
 
-def create_app(test_config: dict | None = None) -> Flask:
-    app = Flask(__name__, instance_relative_config=True,
+def create_app(test_config: dict | None = None, instance_path: str | None = None) -> Flask:
+    # templates/ sits at the repository's top, beside app/, as the design
+    # card lays it out: pages are what a designer edits without reading
+    # Python. static/ stays in app/ because Flask serves it from there.
+    app = Flask(__name__, instance_relative_config=True, instance_path=instance_path,
                 template_folder=os.path.join(os.path.dirname(__file__), "..", "templates"))
     app.config.from_object(Config)
     if test_config:

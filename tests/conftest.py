@@ -1,8 +1,11 @@
 """Fixtures over real parts: the dev Slurm cluster (slurm/dev/up), an OpenSSH
-server on 127.0.0.1 for the SSH transport, SQLite and PostgreSQL.
+server on 127.0.0.1 for the SSH transport, SQLite and PostgreSQL; and the
+app in-process (`app`, `client`, `runner`, as in Flask's tutorial).
 
 A missing cluster or database is a failure here, never a skip: `make test`
-brings them up first."""
+brings them up first. Tests that reach the cluster through `slurm_cluster`
+(every server stack does) are marked `cluster`; `make test-fast` runs the
+rest."""
 from __future__ import annotations
 
 import os
@@ -14,12 +17,64 @@ from pathlib import Path
 
 import pytest
 
+from app import create_app
+from app.extensions import db
 from slurm.client import SlurmClient
 from slurm.transport import LocalTransport, SSHTransport
 
 DEV_STATE = Path(os.environ.get("DIV_DEV_STATE", "/var/lib/div-dev"))
 POSTGRES_URL = os.environ.get("DIV_TEST_POSTGRES_URL",
                               "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cluster: needs the dev Slurm cluster (and so, the server)")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "slurm_cluster" in item.fixturenames:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture
+def app_config(tmp_path) -> dict:
+    """What `app` is made with; a module overrides it to change a setting."""
+    return {"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db",
+            "DIV_DATA_DIR": str(tmp_path / "data")}
+
+
+@pytest.fixture
+def app(app_config, tmp_path):
+    """The app on a fresh SQLite database, with its own instance folder (its
+    own secret keys) under the test's tmp_path. Outside any app context, as
+    in the server: each request gets its own (Flask-WTF keeps a token in
+    `g`, which one long context would share between clients)."""
+    app = create_app(app_config, instance_path=str(tmp_path / "instance"))
+    with app.app_context():
+        db.create_all()
+    yield app
+    with app.app_context():
+        db.engine.dispose()
+
+
+@pytest.fixture
+def app_context(app):
+    """For tests that call services directly."""
+    with app.app_context():
+        yield app
+        db.session.remove()
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def runner(app):
+    """Admin commands in-process: runner.invoke(args=["orgs"])."""
+    return app.test_cli_runner()
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from app import create_app
-from app.extensions import db
 from app.services.code import MissingBlobs, lay_out_tree, parse_manifest, store_blob, stored_tree, tree_hash
 from app.services.errors import Invalid
 from app.services.orgs import get_or_create_org
@@ -44,12 +42,8 @@ def test_the_tree_hash_changes_with_content_mode_and_path():
 
 
 @pytest.fixture
-def org(tmp_path):
-    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db",
-                      "DIV_DATA_DIR": str(tmp_path / "data")})
-    with app.app_context():
-        db.create_all()
-        yield get_or_create_org("acme")
+def org(app_context):
+    return get_or_create_org("acme")
 
 
 def test_blobs_are_checked_and_trees_laid_out_once(org, tmp_path):

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from app import create_app
 from app.extensions import db
 from app.models import Project, Run, User
 from app.services.orgs import get_or_create_org, get_or_create_user
@@ -20,11 +19,9 @@ PASSWORD = "correct horse battery"
 
 
 @pytest.fixture
-def app(tmp_path):
-    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db",
-                      "DIV_DATA_DIR": str(tmp_path / "data")})
+def app(app):
+    """Two orgs, one with 60 runs; yielded outside the app context."""
     with app.app_context():
-        db.create_all()
         for org_name, username, runs in (("acme", "alice", 60), ("other", "bob", 1)):
             org = get_or_create_org(org_name)
             user = get_or_create_user(org, username)
@@ -43,9 +40,7 @@ def app(tmp_path):
                                    rate_micros_per_hour=4_800_000, cost_micros=80_000,
                                    created_at=start + timedelta(minutes=i)))
         db.session.commit()
-    # Requests get app contexts of their own, as in the server: Flask-WTF
-    # keeps a token in `g`, which one long context would share between clients.
-    yield app
+    return app
 
 
 def csrf_token(client, path="/login") -> str:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from app import create_app
 from app.extensions import db
 from app.models import ApiKey, utcnow
 from app.reconciler import run_forever
@@ -21,13 +20,9 @@ from app.services.orgs import get_or_create_org, get_or_create_user
 
 
 @pytest.fixture
-def app(tmp_path):
-    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db",
-                      "DIV_DATA_DIR": str(tmp_path / "data")})
-    with app.app_context():
-        db.create_all()
-        app.config["KEY"] = create_key(get_or_create_user(get_or_create_org("acme"), "alice"))
-        yield app
+def app(app_context):
+    app_context.config["KEY"] = create_key(get_or_create_user(get_or_create_org("acme"), "alice"))
+    return app_context
 
 
 @contextlib.contextmanager

@@ -2,25 +2,13 @@
 moved from Slurm's records, a run ended only once sacct has its final record."""
 from __future__ import annotations
 
-import pytest
-
-from app import create_app
-from app.extensions import db
 from app.models import Run
 from app.reconciler import settle
 from app.services import leases
 from slurm.records import JobRecord
 
 
-@pytest.fixture
-def app(tmp_path):
-    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db"})
-    with app.app_context():
-        db.create_all()
-        yield app
-
-
-def test_one_holder_at_a_time_until_the_lease_expires(app):
+def test_one_holder_at_a_time_until_the_lease_expires(app_context):
     assert leases.acquire("reconciler", "a", 30)
     assert not leases.acquire("reconciler", "b", 30)
     assert leases.acquire("reconciler", "a", 30)        # renewal

@@ -8,7 +8,6 @@ import logging
 import pytest
 from cryptography.fernet import Fernet, InvalidToken
 
-from app import create_app
 from app.extensions import db
 from app.models import AuthFailure, Run, Secret
 from app.services import throttle
@@ -19,14 +18,9 @@ from app.services.secrets import log_masker, rotate, seal, set_secret, site_keys
 
 
 @pytest.fixture
-def app(tmp_path):
-    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db",
-                      "DIV_DATA_DIR": str(tmp_path / "data")})
-    app.instance_path = str(tmp_path / "instance")      # its own secrets_key
-    (tmp_path / "instance").mkdir()
-    with app.app_context():
-        db.create_all()
-        yield app
+def app(app_context):
+    """Every test here calls the services directly."""
+    return app_context
 
 
 def test_values_are_sealed_and_survive_a_key_rotation(app):

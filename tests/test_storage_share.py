@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from app import create_app
 from app.extensions import db
 from app.services import storage
 from app.services.errors import Invalid, NotFound, Unavailable
@@ -24,17 +23,15 @@ from app.services.volumes import ensure_volume
 
 
 @pytest.fixture
-def small_share(tmp_path):
-    """A 2 MiB tmpfs as the data folder (the tests run as root)."""
+def small_share(tmp_path, app_config, request):
+    """A 2 MiB tmpfs as the data folder (the tests run as root), and the app
+    on it, in its context."""
     share = tmp_path / "share"
     share.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(share)], check=True)
-    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db",
-                      "DIV_DATA_DIR": str(share)})
-    with app.app_context():
-        db.create_all()
-        yield share
-        db.session.remove()
+    app_config["DIV_DATA_DIR"] = str(share)
+    request.getfixturevalue("app_context")
+    yield share
     subprocess.run(["umount", str(share)], check=False)   # a test may have done it
 
 
@@ -151,11 +148,8 @@ def test_listings_show_files_and_folders_only_and_never_go_through_a_link(volume
         storage.list_path(org, "vol", "out/secret.bin")
 
 
-def test_a_share_folder_the_server_may_not_write_is_a_503_that_says_so(tmp_path):
-    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db",
-                      "DIV_DATA_DIR": str(tmp_path / "data")})
+def test_a_share_folder_the_server_may_not_write_is_a_503_that_says_so(app, tmp_path):
     with app.app_context():
-        db.create_all()
         key = create_key(get_or_create_user(get_or_create_org("acme"), "alice"))
         share = tmp_path / "data" / "share" / "acme"
         share.mkdir(parents=True)
