@@ -1,7 +1,9 @@
 """The batch script, pinned by golden files: a change to the script is a diff
-someone reads. Regenerate with DIV_UPDATE_GOLDEN=1 after reading it."""
+someone reads. A test that differs fails with the diff; DIV_UPDATE_GOLDEN=1
+writes the new file (and still fails, so an update is never a pass)."""
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 
@@ -28,10 +30,20 @@ def example_spec(**overrides) -> JobSpec:
 def test_batch_script_matches_golden_file(runtime):
     site = SlurmSite(runtime=runtime, bind_paths=("/opt/conda",))
     script = render_batch_script(example_spec(), site)
-    golden = GOLDEN / f"batch-{runtime}.sh"
+    assert_golden(GOLDEN / f"batch-{runtime}.sh", script)
+
+
+def assert_golden(golden: Path, text: str) -> None:
+    expected = golden.read_text() if golden.exists() else ""
+    if text == expected:
+        return
+    diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
+                                        str(golden), "rendered"))
     if os.environ.get("DIV_UPDATE_GOLDEN"):
-        golden.write_text(script)
-    assert script == golden.read_text()
+        golden.write_text(text)
+        pytest.fail(f"rewrote {golden.name}: read the diff, then run again without "
+                    f"DIV_UPDATE_GOLDEN\n{diff}")
+    pytest.fail(f"{golden.name} differs (DIV_UPDATE_GOLDEN=1 rewrites it):\n{diff}")
 
 
 def test_thirty_two_gpus_are_four_nodes_of_eight():
@@ -63,3 +75,18 @@ def test_more_than_eight_gpus_must_fill_whole_nodes():
 def test_unknown_runtime_is_refused():
     with pytest.raises(InvalidJobSpec, match="runtime"):
         SlurmSite(runtime="docker")
+
+
+def test_a_golden_file_that_differs_fails_with_the_diff_and_is_rewritten_only_when_asked(
+        tmp_path, monkeypatch):
+    golden = tmp_path / "g.sh"
+    golden.write_text("a\nb\n")
+    monkeypatch.delenv("DIV_UPDATE_GOLDEN", raising=False)
+    with pytest.raises(pytest.fail.Exception, match=r"(?s)-b\n\+c"):
+        assert_golden(golden, "a\nc\n")
+    assert golden.read_text() == "a\nb\n"
+    monkeypatch.setenv("DIV_UPDATE_GOLDEN", "1")
+    with pytest.raises(pytest.fail.Exception, match="rewrote g.sh"):
+        assert_golden(golden, "a\nc\n")
+    assert golden.read_text() == "a\nc\n"
+    assert_golden(golden, "a\nc\n")          # the same text passes
