@@ -1,5 +1,6 @@
-"""divergent's Flask app: create_app() binds the extensions, the JSON API and
-the admin commands."""
+"""divergent's Flask app: create_app() binds the extensions, the error
+handlers (app/errors.py), the JSON API, the dashboard and the admin commands
+(app/admin/)."""
 from __future__ import annotations
 
 import os
@@ -8,11 +9,11 @@ import secrets
 from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from app import security_headers
+from app import admin, errors, security_headers
 from app.config import Config
 from app.extensions import csrf, db, htmx, migrate
-from app.instance_files import instance_secret
 from app.request_args import StrictJSONProvider
+from app.services.instance_files import instance_secret
 
 
 def create_app(test_config: dict | None = None, instance_path: str | None = None) -> Flask:
@@ -40,6 +41,7 @@ def create_app(test_config: dict | None = None, instance_path: str | None = None
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=app.config["DIV_PROXY_HOPS"])
     app.json = StrictJSONProvider(app)
     db.init_app(app)
+    errors.init_app(app)
     security_headers.init_app(app)
     csrf.init_app(app)
     htmx.init_app(app)
@@ -54,9 +56,5 @@ def create_app(test_config: dict | None = None, instance_path: str | None = None
     from app.dashboard import bp as dashboard_bp
     app.register_blueprint(dashboard_bp)
 
-    from app.commands import commands
-    from app.money_commands import commands as money_commands
-    from app.site_commands import commands as site_commands
-    for command in commands + money_commands + site_commands:
-        app.cli.add_command(command)
+    admin.register(app)
     return app

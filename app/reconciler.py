@@ -30,7 +30,7 @@ from app.services.usage import month_spend
 from slurm.client import SlurmError
 from slurm.records import JobRecord, run_status
 
-LEASE = "reconciler"
+LEASE = leases.RECONCILER
 log = logging.getLogger("divergent.reconciler")
 
 
@@ -157,6 +157,18 @@ def follow_jobs() -> int:
 
 def holder_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def reconcile_alone() -> int | None:
+    """One cycle (`flask reconcile --once`), only if no other reconciler is
+    acting: the runs it changed, or None when another one holds the lease."""
+    holder = holder_name()
+    if not leases.acquire(LEASE, holder, 30):
+        return None
+    try:
+        return reconcile_once()
+    finally:
+        leases.release(LEASE, holder)
 
 
 def _cycle(holder: str, ttl: float, acting: bool) -> bool:

@@ -10,7 +10,7 @@ from functools import wraps
 
 from flask import g, request
 
-from app.api.errors import error_response
+from app.errors import error_response
 from app.services import throttle
 from app.services.keys import api_key_for, key_prefix
 

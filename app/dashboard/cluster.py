@@ -9,8 +9,7 @@ from app.dashboard import bp
 from app.dashboard.auth import site_admin_required
 from app.services.cluster import cluster_nodes, gpu_capacity, queued_runs
 from app.services.errors import Unavailable
-from app.services.pricing import format_usd
-from app.services.runs import current_prices
+from app.services.pricing import current_prices, format_usd
 from app.services.slurm_access import current_site
 
 

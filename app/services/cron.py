@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from app.services.errors import Invalid
+
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 # (name, lowest, highest, names for lowest..)
@@ -19,8 +21,11 @@ PART = re.compile(r"^(\*|[a-z0-9]+(?:-[a-z0-9]+)?)(?:/(\d+))?$")
 SEARCH_DAYS = 8 * 366
 
 
-class CronError(ValueError):
+class CronError(Invalid):
     """An expression cron would not accept; the message says which field."""
+
+    def __init__(self, message: str):
+        super().__init__(f"cron: {message}")
 
 
 @dataclass(frozen=True)

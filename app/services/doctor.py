@@ -16,9 +16,9 @@ from flask import current_app
 
 from app.extensions import db
 from app.models import Lease, utcnow
-from app.reconciler import LEASE
+from app.services import leases
 from app.services.errors import ServiceError
-from app.services.runs import current_prices
+from app.services.pricing import current_prices
 from app.services.secrets import seal, unseal
 from app.services.site import Site, SiteConfigError, load_site, site_file
 from app.services.volumes import data_path
@@ -125,7 +125,7 @@ def _share(client: SlurmClient, _: dict) -> str:
 
 
 def _reconciler(_: dict) -> str:
-    lease = db.session.get(Lease, LEASE)
+    lease = db.session.get(Lease, leases.RECONCILER)
     if lease is None or lease.expires_at < utcnow():
         raise Problem("no reconciler is running: runs will not move or be billed; "
                       "start one with `flask reconcile` (or scripts/services start)")

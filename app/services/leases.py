@@ -11,6 +11,10 @@ from sqlalchemy.exc import IntegrityError
 from app.extensions import db
 from app.models import Lease, utcnow
 
+# The lease whose holder is the one reconciler acting (app/reconciler.py);
+# `flask doctor` reads it to say whether one is running.
+RECONCILER = "reconciler"
+
 
 def acquire(name: str, holder: str, ttl_seconds: float) -> bool:
     """Takes or renews the lease; False while another holder's is unexpired."""

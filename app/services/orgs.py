@@ -1,18 +1,24 @@
-"""Orgs and their users."""
+"""Orgs and their users: made, found by name, listed for the site's admins
+(`flask orgs`, `flask users` and the Orgs page read the same rows)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+import sqlalchemy as sa
 
 from app.extensions import db
 from app.models import ROLES, Org, User
 from app.services.errors import Invalid, NotFound
+from app.services.pricing import monthly_limit
+from app.services.usage import month_spend
 
 ORG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 USERNAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 
-class InvalidName(ValueError):
-    pass
+class InvalidName(Invalid):
+    """A name an org or user may not have."""
 
 
 def get_or_create_org(name: str) -> Org:
@@ -39,10 +45,7 @@ def add_user(org: Org, username: str, role: str = "member") -> User:
     command line or the Orgs page."""
     if role not in ROLES:
         raise Invalid(f"role must be one of {', '.join(ROLES)}")
-    try:
-        user = get_or_create_user(org, username, role=role)
-    except InvalidName as exc:
-        raise Invalid(str(exc)) from None
+    user = get_or_create_user(org, username, role=role)
     if user.org_id != org.id:
         raise Invalid(f"{username!r} belongs to another org")
     return user
@@ -57,6 +60,52 @@ def get_or_create_user(org: Org, username: str, role: str = "member") -> User:
         db.session.add(user)
         db.session.commit()
     return user
+
+
+def user_named(username: str) -> User | None:
+    return db.session.execute(db.select(User).filter_by(username=username)).scalar_one_or_none()
+
+
+def find_user(username: str) -> User:
+    user = user_named(username)
+    if user is None:
+        raise NotFound(f"no user named {username!r}")
+    return user
+
+
+@dataclass(frozen=True)
+class OrgSummary:
+    org: Org
+    users: int
+    month_spend_micros: int
+
+
+def all_orgs() -> list[Org]:
+    return list(db.session.execute(sa.select(Org).order_by(Org.name)).scalars())
+
+
+def org_summaries() -> list[OrgSummary]:
+    """Every org, by name, with its user count and this month's spend."""
+    counts = dict(db.session.execute(sa.select(User.org_id, sa.func.count())
+                                     .group_by(User.org_id)).all())
+    return [OrgSummary(org, counts.get(org.id, 0), month_spend(org)) for org in all_orgs()]
+
+
+def users_by_org(org_name: str | None = None) -> list[tuple[User, str]]:
+    """Users with their org's name, by org then username; one org's alone
+    when `org_name` is given."""
+    query = (sa.select(User, Org.name).join(Org, User.org_id == Org.id)
+             .order_by(Org.name, User.username))
+    if org_name:
+        query = query.where(Org.name == org_name)
+    return [(user, org) for user, org in db.session.execute(query).all()]
+
+
+def set_monthly_limit(org: Org, text: str) -> Org:
+    """An org's monthly limit as an admin writes it: dollars, or none."""
+    org.monthly_limit_micros = monthly_limit(text)
+    db.session.commit()
+    return org
 
 
 def find_named(model, org: Org, name: str, what: str, missing_ok: bool = False):

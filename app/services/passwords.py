@@ -5,11 +5,12 @@ from werkzeug.security import check_password_hash, generate_password_hash
 
 from app.extensions import db
 from app.models import User
+from app.services.errors import Invalid
 
 
 def set_password(user: User, password: str) -> None:
     if len(password) < 12:
-        raise ValueError("a password needs at least 12 characters")
+        raise Invalid("a password needs at least 12 characters")
     user.password_hash = generate_password_hash(password, method="scrypt")
     user.session_epoch = (user.session_epoch or 0) + 1   # signed in with the old one: no more
     db.session.commit()

@@ -9,7 +9,10 @@ import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
-from app.instance_files import replace_file
+from flask import current_app
+
+from app.services.errors import Invalid, Unavailable
+from app.services.instance_files import replace_file
 
 MICROS = 1_000_000
 
@@ -48,10 +51,10 @@ def micros(text: str) -> int:
     try:
         amount = Decimal(str(text))
     except InvalidOperation:
-        raise ValueError(f"{text!r} is not an amount in dollars") from None
+        raise Invalid(f"{text!r} is not an amount in dollars") from None
     if not amount.is_finite() or amount < 0 or amount.as_tuple().exponent < -6 \
             or amount > MAX_DOLLARS:
-        raise ValueError(f"{str(text)[:40]!r}: an amount is dollars, at least 0, at most "
+        raise Invalid(f"{str(text)[:40]!r}: an amount is dollars, at least 0, at most "
                          f"{MAX_DOLLARS:,} with at most 6 decimals")
     return int(amount * MICROS)
 
@@ -69,12 +72,15 @@ def load_prices(path: str) -> PriceTable:
     if not os.path.exists(path):
         return PriceTable()
     with open(path, "rb") as f:
-        data = tomllib.load(f)
+        try:
+            data = tomllib.load(f)
+        except tomllib.TOMLDecodeError as exc:
+            raise Invalid(f"{path}: {exc}") from None
     default = PriceTable()
     per_unit = dict(default.per_unit_hour)
     for gpu, price in data.get("per_gpu_hour", {}).items():
         if gpu not in per_unit:
-            raise ValueError(f"{path}: unknown GPU type {gpu!r}")
+            raise Invalid(f"{path}: unknown GPU type {gpu!r}")
         per_unit[gpu] = micros(price)
     extra = data.get("extra", {})
     return PriceTable(per_unit,
@@ -84,7 +90,7 @@ def load_prices(path: str) -> PriceTable:
 
 def with_prices(table: PriceTable, changes: dict[str, str]) -> PriceTable:
     """`table` with some prices changed: a GPU type (or cpu), extra_core or
-    extra_gib, each to dollars as written ("4.80"). ValueError says which."""
+    extra_gib, each to dollars as written ("4.80"). Invalid says which."""
     per_unit, core, gib = dict(table.per_unit_hour), table.extra_core_hour, table.extra_gib_hour
     for name, amount in changes.items():
         value = micros(amount.strip().removeprefix("$"))
@@ -95,7 +101,7 @@ def with_prices(table: PriceTable, changes: dict[str, str]) -> PriceTable:
         elif name in per_unit:
             per_unit[name] = value
         else:
-            raise ValueError(f"{name!r}: a GPU type ({', '.join(per_unit)}), extra_core or "
+            raise Invalid(f"{name!r}: a GPU type ({', '.join(per_unit)}), extra_core or "
                              "extra_gib")
     return PriceTable(per_unit, core, gib)
 
@@ -104,6 +110,28 @@ def monthly_limit(text: str) -> int | None:
     """An org's monthly limit as an admin writes it: dollars, or none."""
     text = text.strip()
     return None if text in ("none", "") else micros(text.removeprefix("$"))
+
+
+def current_prices() -> PriceTable:
+    """The site's price table (DIV_PRICES_FILE); a broken one is the site's
+    trouble, not the request's."""
+    try:
+        return load_prices(current_app.config["DIV_PRICES_FILE"])
+    except (Invalid, OSError) as exc:
+        raise Unavailable(f"the site's price table is broken: {exc}") from None
+
+
+def change_prices(changes: dict[str, str]) -> PriceTable:
+    """The price table with `changes` (see with_prices), saved: new runs use
+    it; a run keeps the rate it started with."""
+    table = with_prices(current_prices(), changes)
+    save_prices(current_app.config["DIV_PRICES_FILE"], table)
+    return table
+
+
+def limit_text(limit_micros: int | None) -> str:
+    """An org's monthly limit as people read it."""
+    return "no limit" if limit_micros is None else format_usd(limit_micros)
 
 
 def save_prices(path: str, table: PriceTable) -> None:

@@ -11,7 +11,6 @@ import string
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
-from flask import current_app
 from sqlalchemy.orm import selectinload
 
 from app.extensions import db
@@ -19,7 +18,7 @@ from app.models import Org, Project, Run, User, iso_utc
 from app.services.checks import parse_check
 from app.services.code import stored_tree
 from app.services.errors import Conflict, Invalid, NotFound, Refused, Unavailable
-from app.services.pricing import PriceTable, load_prices, micros, minutes_for, usd_text
+from app.services.pricing import current_prices, micros, minutes_for, usd_text
 from app.services.rows import add_unique
 from app.services.run_text import waiting_text
 from app.services.secrets import (
@@ -83,7 +82,7 @@ def _dollars(text: str | None) -> int | None:
         return None
     try:
         amount = micros(text.removeprefix("$"))
-    except ValueError:
+    except Invalid:
         raise Invalid(f"max_spend {text!r} is not an amount in dollars") from None
     if amount <= 0 or amount % 10_000:
         raise Invalid("max_spend must be more than $0, in whole cents")
@@ -151,13 +150,6 @@ def _validate(req: RunRequest) -> None:
         raise Invalid("telemetry.toml may be at most 64 KiB")
     if req.code_ref is not None and not CODE_REF.fullmatch(req.code_ref):
         raise Invalid(f"invalid code reference {req.code_ref!r}")
-
-
-def current_prices() -> PriceTable:
-    try:
-        return load_prices(current_app.config["DIV_PRICES_FILE"])
-    except (ValueError, OSError) as exc:
-        raise Unavailable(f"the site's price table is broken: {exc}") from None
 
 
 def _time_limit(org: Org, max_spend: int | None, rate: int) -> tuple[int | None, str | None]:

@@ -15,9 +15,9 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from flask import current_app
 
 from app.extensions import db
-from app.instance_files import instance_secret, replace_file
 from app.models import Org, Run, Secret, User, utcnow
 from app.services.errors import Invalid, NotFound, Unavailable
+from app.services.instance_files import instance_secret, replace_file
 from app.services.masking import Masker
 from app.services.orgs import all_named, find_named
 from slurm.jobspec import InvalidJobSpec, check_env_name

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field, fields
 
 from flask import current_app
 
-from app.instance_files import replace_file
+from app.services.errors import Invalid
+from app.services.instance_files import replace_file
 from slurm.jobspec import CPU, GPU_TYPES, STATE_PATH, InvalidJobSpec, SlurmSite
 from slurm.transport import LocalTransport, SSHTransport
 
@@ -40,7 +41,7 @@ SLURM_KEYS = ("runtime", "gpus_per_node", "scratch_root", "bind_paths")
 SSH_KEYS = ("host", "user", "key_path", "port", "known_hosts")
 
 
-class SiteConfigError(ValueError):
+class SiteConfigError(Invalid):
     """The site file holds something Slurm or we could not use; says what."""
 
 

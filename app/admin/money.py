@@ -1,59 +1,59 @@
-"""Admin commands for money (`flask …`): the price table, an org's monthly
-limit, and the reconciliation of a month's charges against sacct."""
+"""Money: the price table (`flask prices`), an org's monthly limit
+(`org-limit`), spend per org (`usage`), and the reconciliation of a month's
+charges against sacct (`charges`)."""
 from __future__ import annotations
 
 import sys
 
 import click
-from flask import current_app
 
-from app.extensions import db
+from app.admin import admin_command
 from app.services.billing import recompute
-from app.services.errors import NotFound
-from app.services.orgs import find_org
-from app.services.pricing import format_usd, load_prices, monthly_limit, save_prices, usd_text, with_prices
-from app.services.usage import month_bounds
+from app.services.orgs import all_orgs, find_org, set_monthly_limit
+from app.services.pricing import change_prices, current_prices, format_usd, limit_text, usd_text
+from app.services.usage import month_bounds, usage_report
 
 
-@click.command("prices")
+@admin_command("prices", bad_value="--set")
 @click.option("--set", "changes", multiple=True, metavar="NAME=USD",
               help="A GPU type (h100=4.80) or extra_core=, extra_gib=. Repeatable.")
 def prices(changes: tuple[str, ...]) -> None:
     """Show the price table, or change it. New runs use the new prices; a run
     keeps the rate it started with."""
-    path = current_app.config["DIV_PRICES_FILE"]
-    table = load_prices(path)
     if changes:
-        try:
-            table = with_prices(table, dict(change.partition("=")[::2] for change in changes))
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--set") from None
-        save_prices(path, table)
+        table = change_prices(dict(change.partition("=")[::2] for change in changes))
+    else:
+        table = current_prices()
     for gpu, price in table.per_unit_hour.items():
         click.echo(f"{gpu:10s} ${usd_text(price)}/h")
     click.echo(f"{'extra core':10s} ${usd_text(table.extra_core_hour)}/h")
     click.echo(f"{'extra GiB':10s} ${usd_text(table.extra_gib_hour)}/h")
 
 
-@click.command("org-limit")
+@admin_command("org-limit", bad_value="USD")
 @click.argument("org_name")
 @click.argument("amount", metavar="USD|none")
 def org_limit(org_name: str, amount: str) -> None:
     """Set an org's monthly usage limit in dollars (or `none`)."""
-    try:
-        org = find_org(org_name)
-    except NotFound as exc:
-        raise click.ClickException(exc.message) from None
-    try:
-        org.monthly_limit_micros = monthly_limit(amount)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="USD") from None
-    db.session.commit()
-    shown = "no limit" if org.monthly_limit_micros is None else format_usd(org.monthly_limit_micros)
-    click.echo(f"{org.name}: {shown} a month")
+    org = set_monthly_limit(find_org(org_name), amount)
+    click.echo(f"{org.name}: {limit_text(org.monthly_limit_micros)} a month")
 
 
-@click.command("charges")
+@admin_command("usage")
+@click.option("--month", metavar="YYYY-MM", help="Another month than this one.")
+def usage(month: str | None) -> None:
+    """Spend per org for a month, by project, with each org's limit."""
+    reports = [(org, usage_report(org, month)) for org in all_orgs()]
+    for org, report in reports:
+        limit = limit_text(report["limit_micros"])
+        limit = limit if report["limit_micros"] is None else f"limit {limit}"
+        click.echo(f"{org.name}: {format_usd(report['spent_micros'])} in {report['month']} ({limit})")
+        for project in report["projects"]:
+            click.echo(f"  {project['project']:30s} {project['runs']:>5d} runs "
+                       f"{format_usd(project['cost_micros']):>10s}")
+
+
+@admin_command("charges")
 @click.option("--month", metavar="YYYY-MM", help="Default: this month.")
 def charges(month: str | None) -> None:
     """Recompute a month's charges from sacct and print any difference from
@@ -74,4 +74,4 @@ def charges(month: str | None) -> None:
         sys.exit(1)
 
 
-commands = [prices, org_limit, charges]
+commands = [prices, org_limit, usage, charges]

@@ -1,0 +1,46 @@
+"""The admin commands (`flask …`), one module per noun: orgs and users,
+keys, money, the site's Slurm settings, the doctor, the reconciler, and the
+dev machine's bootstrap. Each command is an AdminCommand, so a service's
+error reaches the admin as one line, never a traceback."""
+from __future__ import annotations
+
+import click
+from flask import Flask
+from flask.cli import with_appcontext
+
+from app.services.errors import Invalid, ServiceError
+
+
+class AdminCommand(click.Command):
+    """A command whose ServiceErrors are click's: an Invalid value of the
+    parameter named by `bad_value` is a usage error (exit 2, naming it), any
+    other error is its message (exit 1)."""
+
+    def __init__(self, *args, bad_value: str | None = None, **kwargs):
+        # In the app's context however it is invoked: `flask` pushes one,
+        # Flask's CLI test runner does not.
+        if kwargs.get("callback") is not None:
+            kwargs["callback"] = with_appcontext(kwargs["callback"])
+        super().__init__(*args, **kwargs)
+        self.bad_value = bad_value
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except Invalid as exc:
+            if self.bad_value:
+                raise click.BadParameter(exc.message, ctx=ctx, param_hint=self.bad_value) from None
+            raise click.ClickException(exc.message) from None
+        except ServiceError as exc:
+            raise click.ClickException(exc.message) from None
+
+
+def admin_command(name: str, bad_value: str | None = None, **kwargs):
+    return click.command(name, cls=AdminCommand, bad_value=bad_value, **kwargs)
+
+
+def register(app: Flask) -> None:
+    from app.admin import dev, doctor, keys, money, orgs, reconciler, site
+    for module in (orgs, keys, money, site, doctor, reconciler, dev):
+        for command in module.commands:
+            app.cli.add_command(command)

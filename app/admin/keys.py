@@ -1,0 +1,31 @@
+"""Keys: a user's API key (`flask create-key`) and the site key that seals
+secrets (`flask rotate-secrets`)."""
+from __future__ import annotations
+
+import click
+
+from app.admin import admin_command
+from app.services.keys import create_key
+from app.services.orgs import find_user
+from app.services.secrets import rotate
+
+
+@admin_command("create-key")
+@click.argument("username")
+@click.option("--name", default="", help="A label for the key.")
+def create_key_command(username: str, name: str) -> None:
+    """Create an API key for a user and print it (the only time it is shown)."""
+    click.echo(create_key(find_user(username), name=name))
+
+
+@admin_command("rotate-secrets")
+@click.option("--new-key", is_flag=True,
+              help="Make a new key first (keys kept in instance/secrets_key).")
+def rotate_secrets(new_key: bool) -> None:
+    """Re-encrypt every secret under the first key. With keys in
+    DIV_SECRETS_KEYS: put the new key first, restart, then run this; the
+    old key can go once it is done."""
+    click.echo(f"{rotate(new_key)} sealed values re-encrypted under the first key")
+
+
+commands = [create_key_command, rotate_secrets]

@@ -1,0 +1,62 @@
+"""Orgs and users: `flask create-org`, `create-user`, `set-password`, `orgs`
+and `users`."""
+from __future__ import annotations
+
+import click
+
+from app.admin import admin_command
+from app.models import ROLES
+from app.services.orgs import add_user, find_org, find_user, get_or_create_org, org_summaries, users_by_org
+from app.services.passwords import set_password
+from app.services.pricing import format_usd, limit_text
+
+
+@admin_command("create-org", bad_value="NAME")
+@click.argument("name")
+def create_org(name: str) -> None:
+    """Create an org (its Slurm account is made on its first run)."""
+    org = get_or_create_org(name)
+    click.echo(f"org {org.name}")
+
+
+@admin_command("create-user")
+@click.argument("org_name")
+@click.argument("username")
+@click.option("--role", type=click.Choice(ROLES), default="member", show_default=True)
+def create_user(org_name: str, username: str, role: str) -> None:
+    """Create a user in an existing org."""
+    org = find_org(org_name)
+    user = add_user(org, username, role)
+    click.echo(f"user {user.username} in {org.name} ({user.role})")
+
+
+@admin_command("set-password", bad_value="PASSWORD")
+@click.argument("username")
+@click.password_option()
+def set_password_command(username: str, password: str) -> None:
+    """Set a user's dashboard password (asked twice, not echoed)."""
+    set_password(find_user(username), password)
+    click.echo(f"password set for {username}")
+
+
+@admin_command("orgs")
+def orgs() -> None:
+    """List the orgs: Slurm account, users, this month's spend and limit."""
+    click.echo(f"{'ORG':20s} {'ACCOUNT':20s} {'USERS':>5s} {'THIS MONTH':>11s} {'LIMIT':>10s}")
+    for row in org_summaries():
+        click.echo(f"{row.org.name:20s} {row.org.slurm_account:20s} {row.users:>5d} "
+                   f"{format_usd(row.month_spend_micros):>11s} "
+                   f"{limit_text(row.org.monthly_limit_micros):>10s}")
+
+
+@admin_command("users")
+@click.option("--org", "org_name", metavar="ORG", help="Only this org's users.")
+def users(org_name: str | None) -> None:
+    """List users: org, role, and whether they have a dashboard password."""
+    click.echo(f"{'USER':24s} {'ORG':20s} {'ROLE':10s} PASSWORD")
+    for user, org in users_by_org(org_name):
+        click.echo(f"{user.username:24s} {org:20s} {user.role:10s} "
+                   f"{'set' if user.password_hash else '-'}")
+
+
+commands = [create_org, create_user, set_password_command, orgs, users]

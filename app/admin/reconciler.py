@@ -1,0 +1,35 @@
+"""`flask reconcile`: the reconciler (app/reconciler.py), as a loop or one
+cycle."""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+import click
+from flask import current_app
+
+from app.admin import admin_command
+
+
+@admin_command("reconcile")
+@click.option("--interval", type=float, default=None,
+              help="Seconds between cycles (default: DIV_RECONCILE_INTERVAL, 1).")
+@click.option("--once", is_flag=True, help="Run one cycle and exit.")
+def reconcile(interval: float | None, once: bool) -> None:
+    """Follow Slurm and settle runs, until stopped."""
+    from app.reconciler import reconcile_alone, run_forever
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if once:
+        changed = reconcile_alone()
+        if changed is None:
+            raise click.ClickException("another reconciler is acting; nothing done")
+        click.echo(f"{changed} runs changed")
+        return
+    # A plain `kill` ends the loop through its finally, which hands the lease
+    # back, so a restarted reconciler acts at once instead of after the TTL.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    run_forever(interval or current_app.config["DIV_RECONCILE_INTERVAL"])
+
+
+commands = [reconcile]

@@ -1,0 +1,88 @@
+"""The admin commands in-process (app/admin/), through Flask's CLI runner on
+a fresh database: what each prints, and that a bad value is one line with
+click's exit code, never a traceback. The same commands against the real
+stack, as the service user, are in test_admin.py."""
+from __future__ import annotations
+
+import pytest
+
+from app.extensions import db
+from app.models import Org
+from app.services.keys import user_for_key
+from app.services.passwords import user_for_password
+
+
+def flask(runner, *args: str, code: int = 0):
+    done = runner.invoke(args=list(args))
+    assert done.exit_code == code, (args, done.output, done.exception)
+    assert done.exception is None or isinstance(done.exception, SystemExit), done.exception
+    return done.output
+
+
+@pytest.fixture
+def acme(runner):
+    flask(runner, "create-org", "acme")
+    flask(runner, "create-user", "acme", "alice")
+    return runner
+
+
+def test_orgs_and_users_are_made_listed_and_bad_names_are_usage_errors(acme, app):
+    assert "user bob in acme (org_admin)" in flask(acme, "create-user", "acme", "bob",
+                                                    "--role", "org_admin")
+    bad = flask(acme, "create-org", "Not A Name", code=2)
+    assert "Invalid value for NAME: org names are lowercase letters" in bad
+    assert "no org named 'nope'" in flask(acme, "create-user", "nope", "carol", code=1)
+    assert "usernames are lowercase" in flask(acme, "create-user", "acme", "Carol!", code=1)
+    orgs = flask(acme, "orgs").splitlines()
+    assert orgs[1].split() == ["acme", "acme", "2", "$0.00", "no", "limit"]
+    users = [line.split()[:3] for line in flask(acme, "users", "--org", "acme").splitlines()[1:]]
+    assert users == [["alice", "acme", "member"], ["bob", "acme", "org_admin"]]
+    assert flask(acme, "users", "--org", "other").splitlines()[1:] == []
+
+
+def test_keys_and_passwords_go_to_a_user_named_on_the_command_line(acme, app):
+    key = flask(acme, "create-key", "alice", "--name", "laptop").strip()
+    assert "no user named 'mallory'" in flask(acme, "create-key", "mallory", code=1)
+    short = flask(acme, "set-password", "alice", "--password", "short", code=2)
+    assert "Invalid value for PASSWORD: a password needs at least 12 characters" in short
+    assert "password set for alice" in flask(acme, "set-password", "alice",
+                                             "--password", "a-long-password")
+    with app.app_context():
+        assert user_for_key(key).username == "alice"
+        assert user_for_password("alice", "a-long-password").username == "alice"
+
+
+def test_limits_and_prices_are_set_and_refused_in_dollars(acme, app):
+    assert "acme: $500.00 a month" in flask(acme, "org-limit", "acme", "500")
+    assert "Invalid value for USD" in flask(acme, "org-limit", "acme", "lots", code=2)
+    assert "(limit $500.00)" in flask(acme, "usage")
+    assert "acme: no limit a month" in flask(acme, "org-limit", "acme", "none")
+    with app.app_context():
+        assert db.session.execute(db.select(Org)).scalar_one().monthly_limit_micros is None
+    assert "h100       $4.80/h" in flask(acme, "prices")
+    changed = flask(acme, "prices", "--set", "h100=5.10", "--set", "extra_gib=0.05")
+    assert "h100       $5.10/h" in changed and "extra GiB  $0.05/h" in changed
+    assert "h100       $5.10/h" in flask(acme, "prices")             # saved
+    refused = flask(acme, "prices", "--set", "tpu=1", code=2)
+    assert "Invalid value for --set: 'tpu': a GPU type" in refused
+    with open(app.config["DIV_PRICES_FILE"], "w") as f:
+        f.write("[per_gpu_hour\n")
+    assert "the site's price table is broken" in flask(acme, "prices", code=1)
+
+
+def test_the_site_settings_are_shown_changed_and_refused_in_plain_words(runner, app, tmp_path):
+    app.config["DIV_SITE_FILE"] = str(tmp_path / "site.toml")
+    shown = flask(runner, "site")
+    assert "gpus per node  8" in shown and "Slurm on       this host" in shown
+    assert "is not a Slurm name" in flask(runner, "site", "--partition", "h100=no such", code=1)
+    assert "is not TYPE=NAME" in flask(runner, "site", "--gres", "h100", code=2)
+    changed = flask(runner, "site", "--gpus-per-node", "4", "--partition", "h100=gpu-h100")
+    assert "gpus per node  4" in changed and "h100   gpu-h100" in changed
+    assert "gpus_per_node = 4" in (tmp_path / "site.toml").read_text()
+    ssh = flask(runner, "site", "--transport", "ssh", code=1)
+    assert 'kind = "ssh" needs host' in ssh
+
+
+def test_rotating_the_secrets_key_says_how_many_values_it_sealed_again(runner):
+    assert "0 sealed values re-encrypted under the first key" in flask(
+        runner, "rotate-secrets", "--new-key")
