@@ -9,11 +9,12 @@ import secrets
 from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from app import admin, errors, security_headers
+from app import admin
 from app.config import Config
 from app.extensions import csrf, db, htmx, migrate
-from app.request_args import StrictJSONProvider
 from app.services.instance_files import instance_secret
+from app.web import errors, security_headers
+from app.web.request_args import StrictJSONProvider
 
 
 def create_app(test_config: dict | None = None, instance_path: str | None = None) -> Flask:

@@ -10,9 +10,9 @@ from functools import wraps
 
 from flask import g, request
 
-from app.errors import error_response
 from app.services import throttle
 from app.services.keys import api_key_for, key_prefix
+from app.web.errors import error_response
 
 
 def token_required(view):

@@ -5,10 +5,10 @@ from flask import g, jsonify, request
 
 from app.api import bp
 from app.api.auth import token_required
-from app.request_args import STREAMED
 from app.services.code import MissingBlobs, lay_out_tree, parse_manifest, store_blob
 from app.services.errors import Invalid
 from app.services.volumes import check_volume_name
+from app.web.request_args import STREAMED
 
 
 @bp.post("/code/trees")

@@ -8,24 +8,20 @@ from flask import Response, g, jsonify, request, stream_with_context
 from app.api import bp
 from app.api.auth import token_required
 from app.extensions import db
-from app.models import ApiKey, Run
-from app.request_args import int_arg
 from app.services.follow_slots import take_follower_slot
-from app.services.logs import STREAMS, log_events
-from app.services.run_text import header_line, summary_line, waiting_text
+from app.services.logs import STREAMS, KeyRevoked, run_log_events
+from app.services.run_text import header_line, summary_line
 from app.services.runs import (
-    LIVE,
     check_run,
     create_run,
     find_run,
     list_runs,
     parse_request,
-    run_dir,
     run_for_request_key,
     run_json,
     stop_run,
 )
-from app.services.secrets import log_masker
+from app.web.request_args import int_arg
 
 
 @bp.post("/runs")
@@ -78,35 +74,13 @@ def runs_logs(name: str):
     """NDJSON events (app/services/logs.py). ?stdout=&stderr= are the byte
     offsets to start from; ?follow=1 streams until the run ends."""
     run = find_run(g.user.org, name)
-    run_id, state, key_id = run.id, run_dir(g.user.org, run.name), g.api_key.id
-    masker = log_masker(run)
     offsets = {s: int_arg(s, 0) for s in STREAMS}
     follow = request.args.get("follow", "") in ("1", "true")
-
-    def fresh_run() -> Run:
-        # A new transaction each time: the reconciler's commits show, and no
-        # transaction stays open for the life of the stream.
-        db.session.rollback()
-        return db.session.get(Run, run_id)
-
-    def poll_run():
-        current = fresh_run()
-        if db.session.get(ApiKey, key_id).revoked_at is not None:
-            raise KeyRevoked   # the stream ends within a status poll of the revocation
-        event = {"event": "status", "status": current.status, "waiting": waiting_text(current)}
-        ended = current.status not in LIVE
-        db.session.rollback()
-        return ended, event
-
-    def end_event():
-        current = fresh_run()
-        event = {"event": "end", "run": run_json(current), "summary": summary_line(current)}
-        db.session.rollback()
-        return event
+    events = run_log_events(run, g.api_key.id, offsets, follow)
 
     def lines():
         try:
-            for event in log_events(state, offsets, follow, poll_run, end_event, masker):
+            for event in events:
                 yield json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"
         except KeyRevoked:
             db.session.rollback()
@@ -118,6 +92,3 @@ def runs_logs(name: str):
         response.call_on_close(give_back)
     return response
 
-
-class KeyRevoked(Exception):
-    """The key a stream was opened with was revoked while it streamed."""

@@ -6,8 +6,6 @@ from flask import g, jsonify, request
 
 from app.api import bp
 from app.api.auth import token_required
-from app.downloads import send_volume_file
-from app.request_args import STREAMED
 from app.services.errors import Invalid
 from app.services.storage import (
     delete,
@@ -19,6 +17,8 @@ from app.services.storage import (
     volume_summaries,
 )
 from app.services.volumes import check_volume_name
+from app.web.downloads import send_volume_file
+from app.web.request_args import STREAMED
 
 
 @bp.get("/volumes")

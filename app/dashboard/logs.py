@@ -4,63 +4,14 @@ the page already shows; earlier windows are paged in above it on request.
 stdout and stderr are told apart by class and mark."""
 from __future__ import annotations
 
-import os
-
 from flask import g, render_template, request
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
-from app.request_args import int_arg
-from app.services.logs import STREAMS, read_new, utf8_prefix
-from app.services.masking import Masker
+from app.services.logs import STREAMS, log_since, log_window
 from app.services.runs import LIVE, find_run, run_dir
 from app.services.secrets import log_masker
-
-WINDOW_BYTES = 64 * 1024
-
-
-def log_window(state_dir: str, masker: Masker, ends: dict[str, int] | None = None,
-               live: bool = False):
-    """Up to WINDOW_BYTES of each stream ending at `ends` (the files' ends
-    when None: the tail), from a line's start, secrets masked. Returns the
-    chunks, where they start (for paging backwards) and where they end (for
-    following). While the run writes, a character cut in half at the end, or
-    what may be the start of a secret, is left for the next poll."""
-    chunks, starts, stops = [], {}, {}
-    for stream in STREAMS:
-        path = os.path.join(state_dir, stream)
-        size = os.path.getsize(path) if os.path.exists(path) else 0
-        end = size if ends is None else min(max(0, ends[stream]), size)
-        start = max(0, end - WINDOW_BYTES)
-        data = _read_range(path, start, end) if end > start else b""
-        following = ends is None and live
-        if following:
-            data = data[:utf8_prefix(data)]
-        if start and b"\n" in data:
-            cut = data.index(b"\n") + 1
-            data, start = data[cut:], start + cut
-        shown, used = masker.mask(data, final=not following)
-        if shown:
-            chunks.append((stream, shown.decode("utf-8", "replace")))
-        starts[stream], stops[stream] = start, start + used
-    return chunks, starts, stops
-
-
-def _read_range(path: str, start: int, end: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(start)
-        return f.read(end - start)
-
-
-def log_since(state_dir: str, masker: Masker, offsets: dict[str, int], final: bool):
-    chunks = []
-    for stream in STREAMS:
-        shown, used = masker.mask(read_new(os.path.join(state_dir, stream), offsets[stream], final),
-                                  final)
-        if shown:
-            chunks.append((stream, shown.decode("utf-8", "replace")))
-        offsets[stream] += used
-    return chunks, offsets
+from app.web.request_args import int_arg
 
 
 @bp.get("/runs/<name>/log")

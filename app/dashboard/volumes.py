@@ -6,9 +6,9 @@ from flask import g, render_template, request
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
-from app.downloads import send_volume_file
 from app.services.storage import list_path, volume_summaries
 from app.services.volumes import check_volume_name
+from app.web.downloads import send_volume_file
 
 
 @bp.get("/volumes")

@@ -9,7 +9,9 @@ offsets it has loses nothing and gets nothing twice.
       (a secret masked: "next" is where the chunk ends in the file)
   {"event": "status", "status": "queued", "waiting": "behind other jobs"}
   {"event": "end", "run": {...}, "summary": "run-k4t9 finished in ..."}
-"""
+
+Both faces read logs here: the API as these events (run_log_events), the
+dashboard as windows of text (log_window, log_since)."""
 from __future__ import annotations
 
 import base64
@@ -17,7 +19,13 @@ import os
 import time
 from collections.abc import Callable, Iterator
 
+from app.extensions import db
+from app.models import ApiKey, Run
 from app.services.masking import NO_MASK, Masker
+from app.services.run_text import summary_line, waiting_text
+from app.services.runs import LIVE, run_json
+from app.services.secrets import log_masker
+from app.services.volumes import run_dir
 
 STREAMS = ("stdout", "stderr")
 CHUNK = 256 * 1024
@@ -99,3 +107,87 @@ def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
             continue
         time.sleep(pause)
         pause = min(IDLE_POLL_SECONDS, pause * 2)
+
+
+class KeyRevoked(Exception):
+    """The key a stream was opened with was revoked while it streamed."""
+
+
+def run_log_events(run: Run, key_id: int, offsets: dict[str, int],
+                   follow: bool) -> Iterator[dict]:
+    """A run's log events (its secrets masked) for a client holding API key
+    `key_id`: with `follow`, its status while it lives and its end. Raises
+    KeyRevoked within a status poll of the key's revocation. Each look at
+    the run is a transaction of its own, so the reconciler's commits show
+    and none stays open for the life of the stream."""
+    # Read now, while the request is at work: the stream reads files only.
+    run_id, state_dir, masker = run.id, run_dir(run.org, run.name), log_masker(run)
+
+    def fresh_run() -> Run:
+        db.session.rollback()
+        return db.session.get(Run, run_id)
+
+    def poll_run():
+        current = fresh_run()
+        if db.session.get(ApiKey, key_id).revoked_at is not None:
+            raise KeyRevoked
+        event = {"event": "status", "status": current.status, "waiting": waiting_text(current)}
+        ended = current.status not in LIVE
+        db.session.rollback()
+        return ended, event
+
+    def end_event():
+        current = fresh_run()
+        event = {"event": "end", "run": run_json(current), "summary": summary_line(current)}
+        db.session.rollback()
+        return event
+
+    return log_events(state_dir, offsets, follow, poll_run, end_event, masker)
+
+
+WINDOW_BYTES = 64 * 1024
+
+
+def log_window(state_dir: str, masker: Masker, ends: dict[str, int] | None = None,
+               live: bool = False):
+    """Up to WINDOW_BYTES of each stream ending at `ends` (the files' ends
+    when None: the tail), from a line's start, secrets masked. Returns the
+    chunks, where they start (for paging backwards) and where they end (for
+    following). While the run writes, a character cut in half at the end, or
+    what may be the start of a secret, is left for the next poll."""
+    chunks, starts, stops = [], {}, {}
+    for stream in STREAMS:
+        path = os.path.join(state_dir, stream)
+        size = os.path.getsize(path) if os.path.exists(path) else 0
+        end = size if ends is None else min(max(0, ends[stream]), size)
+        start = max(0, end - WINDOW_BYTES)
+        data = _read_range(path, start, end) if end > start else b""
+        following = ends is None and live
+        if following:
+            data = data[:utf8_prefix(data)]
+        if start and b"\n" in data:
+            cut = data.index(b"\n") + 1
+            data, start = data[cut:], start + cut
+        shown, used = masker.mask(data, final=not following)
+        if shown:
+            chunks.append((stream, shown.decode("utf-8", "replace")))
+        starts[stream], stops[stream] = start, start + used
+    return chunks, starts, stops
+
+
+def _read_range(path: str, start: int, end: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(end - start)
+
+
+def log_since(state_dir: str, masker: Masker, offsets: dict[str, int], final: bool):
+    """What each stream gained since `offsets`, as text, and the new offsets."""
+    chunks = []
+    for stream in STREAMS:
+        shown, used = masker.mask(read_new(os.path.join(state_dir, stream), offsets[stream], final),
+                                  final)
+        if shown:
+            chunks.append((stream, shown.decode("utf-8", "replace")))
+        offsets[stream] += used
+    return chunks, offsets

@@ -54,7 +54,7 @@ def add_user(org: Org, username: str, role: str = "member") -> User:
 def get_or_create_user(org: Org, username: str, role: str = "member") -> User:
     if not USERNAME.fullmatch(username):
         raise InvalidName(f"usernames are lowercase letters, digits, ., - and _: {username!r}")
-    user = db.session.execute(db.select(User).filter_by(username=username)).scalar_one_or_none()
+    user = user_named(username)
     if user is None:
         user = User(org=org, username=username, role=role)
         db.session.add(user)

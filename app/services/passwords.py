@@ -6,6 +6,7 @@ from werkzeug.security import check_password_hash, generate_password_hash
 from app.extensions import db
 from app.models import User
 from app.services.errors import Invalid
+from app.services.orgs import user_named
 
 
 def set_password(user: User, password: str) -> None:
@@ -17,7 +18,7 @@ def set_password(user: User, password: str) -> None:
 
 
 def user_for_password(username: str, password: str) -> User | None:
-    user = db.session.execute(db.select(User).filter_by(username=username)).scalar_one_or_none()
+    user = user_named(username)
     if user is None or not user.password_hash:
         # Same work either way, so timing does not say which usernames exist.
         check_password_hash(generate_password_hash("x", method="scrypt"), password)
