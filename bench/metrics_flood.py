@@ -100,9 +100,7 @@ def settle_time(flood: bool) -> tuple[float, int, float]:
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-metrics-flood-") as tmp:
-        with bench_app(tmp).app_context():
-            slurm_access._clients[slurm_access.current_site().transport] = SlurmClient(
-                GeneratedSlurm())
+        with bench_app(tmp).app_context(), slurm_access.standing_in(SlurmClient(GeneratedSlurm())):
             quiet, cycles, _ = sorted(settle_time(flood=False) for _ in range(3))[1]
             print(f"ended run settled, no flood ({db.engine.dialect.name}, median of 3): "
                   f"{quiet * 1000:8.1f} ms in {cycles} cycle(s)")

@@ -1,10 +1,20 @@
 """The reconciler's decisions and its lease: one acting reconciler, states
-moved from Slurm's records, a run ended only once sacct has its final record."""
+moved from Slurm's records, a run ended only once sacct has its final record;
+and whole cycles (reconcile_once) over a real database with Slurm's answers
+scripted. The same cycles against the dev cluster are in test_div_run.py and
+test_faults.py."""
 from __future__ import annotations
 
-from app.models import Run
-from app.reconciler import settle
-from app.services import leases
+from datetime import timedelta
+
+import pytest
+from flask import current_app
+
+from app.extensions import db
+from app.models import Project, Run, utcnow
+from app.reconciler import reconcile_once, settle
+from app.services import leases, slurm_access
+from app.services.orgs import get_or_create_org, get_or_create_user
 from slurm.records import JobRecord
 
 
@@ -58,3 +68,95 @@ def test_a_job_we_cancelled_for_spend_is_budget_exceeded():
     r.stopped_for = "budget_exceeded"
     settle(r, JobRecord("1", "CANCELLED", start=1, end=61, elapsed_seconds=60, exit_code=0))
     assert r.status == "budget_exceeded"
+
+
+class ScriptedSlurm:
+    """Slurm's answers as the test sets them, standing in for the site's
+    client (slurm_access.standing_in): records by job id, jobs by name, and
+    the jobs canceled."""
+
+    def __init__(self):
+        self.records: dict[str, JobRecord] = {}
+        self.named: dict[str, str] = {}
+        self.canceled: list[str] = []
+
+    def query(self, job_ids, squeue_alone=False):
+        return {j: self.records[j] for j in job_ids if j in self.records}
+
+    def jobs_named(self, names, account, submitted_since):
+        return {n: self.named[n] for n in names if n in self.named}, True
+
+    def cancel(self, job_id):
+        self.canceled.append(job_id)
+
+
+@pytest.fixture
+def slurm(app_context):
+    with slurm_access.standing_in(ScriptedSlurm()) as scripted:
+        yield scripted
+
+
+def live_runs(count: int, org_name: str = "acme", **fields) -> list[Run]:
+    org = get_or_create_org(org_name)
+    user = get_or_create_user(org, f"{org_name}-user")
+    project = Project(org_id=org.id, name="p")
+    db.session.add(project)
+    db.session.flush()
+    runs = [Run(org_id=org.id, project_id=project.id, user_id=user.id, name=f"run-{org_name}{i}",
+                gpu_type="h100", gpus=1, cpus=1, memory_gib=8, image="img", command="true",
+                rate_micros_per_hour=4_800_000, **fields) for i in range(count)]
+    db.session.add_all(runs)
+    db.session.commit()
+    return runs
+
+
+def test_one_cycle_moves_every_run_with_a_job_to_what_slurm_says(slurm):
+    waiting, started, done = live_runs(3, status="queued")
+    for n, r in enumerate((waiting, started, done)):
+        r.slurm_job_id = str(n + 1)
+    db.session.commit()
+    slurm.records = {"1": JobRecord("1", "PENDING", reason="Priority"),
+                     "2": JobRecord("2", "RUNNING", start=1_000, elapsed_seconds=61),
+                     "3": JobRecord("3", "COMPLETED", exit_code=0, start=1_000, end=1_090,
+                                    elapsed_seconds=90)}
+    assert reconcile_once() == 3
+    assert (waiting.status, waiting.pending_reason) == ("queued", "Priority")
+    assert (started.status, started.cost_micros) == ("running", 160_000)
+    assert (done.status, done.exit_code, done.cost_micros) == ("succeeded", 0, 160_000)
+    assert reconcile_once() == 0                     # nothing new: nothing changed
+    del slurm.records["1"]                           # not in squeue or sacct (yet)
+    assert reconcile_once() == 0 and waiting.status == "queued"
+
+
+def test_an_org_at_its_limit_has_its_live_runs_canceled_and_no_other(slurm):
+    over = live_runs(2, "over", status="running")
+    fine = live_runs(1, "fine", status="running")
+    get_or_create_org("over").monthly_limit_micros = 100_000       # 10 cents
+    for n, r in enumerate(over + fine):
+        r.slurm_job_id = str(n + 1)
+        slurm.records[r.slurm_job_id] = JobRecord(r.slurm_job_id, "RUNNING", start=1_000,
+                                                  elapsed_seconds=600)   # $0.80 each
+    db.session.commit()
+    reconcile_once()
+    assert sorted(slurm.canceled) == ["1", "2"]
+    assert [r.stopped_for for r in over + fine] == ["limit_reached", "limit_reached", None]
+
+
+def test_a_run_its_submit_did_not_record_gets_the_job_slurm_has_under_its_name(slurm):
+    lost, never = live_runs(2, status="queued")
+    for r in (lost, never):
+        r.created_at = utcnow() - timedelta(seconds=10)
+    db.session.commit()
+    slurm.named = {f"div-{lost.name}": "7"}
+    slurm.records = {"7": JobRecord("7", "RUNNING", start=1_000, elapsed_seconds=5)}
+    assert reconcile_once() == 1
+    assert (lost.slurm_job_id, never.slurm_job_id) == ("7", None)
+    assert reconcile_once() == 1 and lost.status == "running"
+    never.created_at = utcnow() - timedelta(seconds=app_config_grace() + 1)
+    db.session.commit()
+    assert reconcile_once() == 1
+    assert (never.status, never.slurm_state, never.cost_micros) == ("failed", "NOT_SUBMITTED", 0)
+
+
+def app_config_grace() -> float:
+    return current_app.config["DIV_SUBMIT_GRACE"]

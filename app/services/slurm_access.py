@@ -1,10 +1,14 @@
 """The server's way to Slurm: the site's settings (app/services/site.py) and
 a client over the configured transport, one per process and transport, so a
-changed site file takes effect without a restart."""
+changed site file takes effect without a restart. standing_in() puts
+another client in their place (a scripted Slurm for unit tests of the
+reconciler and for benchmarks)."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 
 from app.models import Org
 from app.services.errors import Unavailable
@@ -15,6 +19,7 @@ from slurm.jobspec import SlurmSite
 _lock = threading.Lock()
 _clients: dict[Transport, SlurmClient] = {}
 _accounts_known: set[str] = set()
+_stand_in: SlurmClient | None = None
 log = logging.getLogger("divergent.slurm")
 
 
@@ -29,7 +34,21 @@ def slurm_site() -> SlurmSite:
     return current_site().slurm
 
 
+@contextlib.contextmanager
+def standing_in(client: SlurmClient) -> Iterator[SlurmClient]:
+    """Every caller in this process gets `client` as its Slurm client until
+    the block ends, whatever the site file says."""
+    global _stand_in
+    previous, _stand_in = _stand_in, client
+    try:
+        yield client
+    finally:
+        _stand_in = previous
+
+
 def slurm_client() -> SlurmClient:
+    if _stand_in is not None:
+        return _stand_in
     transport = current_site().transport
     with _lock:
         if transport not in _clients:
