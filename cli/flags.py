@@ -9,14 +9,12 @@ from decimal import Decimal
 
 import click
 
-GPU_TYPES = ("b300", "h200", "h100", "l40s", "cpu")
-MAX_CORES_PER_NODE = 64
-MAX_GIB_PER_NODE = 336
-GPUS_PER_NODE = 8
+from cli.catalog import FALLBACK, Shape
 
 # The server checks every value again (slurm.jobspec); these copies exist so
 # the CLI, which talks HTTP only and imports nothing of the server's, can
-# refuse a bad flag before uploading anything.
+# refuse a bad flag before uploading anything. tests/test_cli_copies.py holds
+# them equal to the server's.
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 RESERVED_ENV = re.compile(
@@ -55,26 +53,30 @@ def parse_usd(text: str) -> int:
     return micros
 
 
-def nodes_for(gpu: str, gpus: int) -> int:
-    return 1 if gpu == "cpu" else -(-gpus // GPUS_PER_NODE)
-
-
-def check_hardware(gpu: str, gpus: int, cpus: int, memory_gib: int) -> None:
-    """Whole nodes above 8 GPUs; cores and GiB within what the nodes have."""
+def check_hardware(gpu: str, gpus: int, cpus: int, memory_gib: int,
+                   shape: Shape = FALLBACK) -> None:
+    """A GPU type the site sells; whole nodes above a node's GPUs; cores and
+    GiB within what the nodes have."""
+    if gpu not in shape.gpu_types:
+        raise click.BadParameter(f"{gpu!r} is not one of "
+                                 f"{', '.join(repr(t) for t in shape.gpu_types)}",
+                                 param_hint="'--gpu'")
     if gpus < 1:
         raise click.BadParameter("must be at least 1", param_hint="--gpus")
-    if gpu != "cpu" and gpus > GPUS_PER_NODE and gpus % GPUS_PER_NODE:
+    per_node = shape.gpus_per_node
+    if gpu != "cpu" and gpus > per_node and gpus % per_node:
+        whole = ", ".join(str(per_node * n) for n in (2, 3, 4))
         raise click.BadParameter(
-            f"more than {GPUS_PER_NODE} GPUs come in whole nodes of {GPUS_PER_NODE}: 16, 24, 32, ...",
+            f"more than {per_node} GPUs come in whole nodes of {per_node}: {whole}, ...",
             param_hint="--gpus")
-    nodes = nodes_for(gpu, gpus)
-    if not 1 <= cpus <= MAX_CORES_PER_NODE * nodes:
-        raise click.BadParameter(f"at most {MAX_CORES_PER_NODE} cores a node "
-                                 f"({MAX_CORES_PER_NODE * nodes} for this run), at least 1",
+    nodes = shape.nodes_for(gpu, gpus)
+    cores, gib = shape.max_cores_per_node, shape.max_gib_per_node
+    if not 1 <= cpus <= cores * nodes:
+        raise click.BadParameter(f"at most {cores} cores a node "
+                                 f"({cores * nodes} for this run), at least 1",
                                  param_hint="--cpu")
-    if memory_gib > MAX_GIB_PER_NODE * nodes:
-        raise click.BadParameter(f"at most {MAX_GIB_PER_NODE} GiB a node "
-                                 f"({MAX_GIB_PER_NODE * nodes} GiB for this run)",
+    if memory_gib > gib * nodes:
+        raise click.BadParameter(f"at most {gib} GiB a node ({gib * nodes} GiB for this run)",
                                  param_hint="--memory")
 
 

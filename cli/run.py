@@ -13,9 +13,9 @@ from pathlib import Path
 import click
 
 from cli.api import ApiError, ApiUnreachable
+from cli.catalog import FALLBACK, cluster_shape
 from cli.context import fail, pass_api
 from cli.flags import (
-    GPU_TYPES,
     check_hardware,
     command_for,
     parse_check,
@@ -56,10 +56,11 @@ def _callback(parse, *extra):
 
 @click.command("run", cls=RunCommand)
 @click.argument("words", nargs=-1, metavar="<entrypoint> | -- <command...>")
-@click.option("--gpu", type=click.Choice(GPU_TYPES), default="h100", show_default=True,
-              help="GPU type.")
+@click.option("--gpu", default="h100", show_default=True, metavar="TYPE",
+              help=f"GPU type, one the site sells ({', '.join(FALLBACK.gpu_types)} on the "
+                   "docs' cluster).")
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Number of GPUs; above 8, whole nodes of 8.")
+              help="Number of GPUs; above a node's (8 on the docs' cluster), whole nodes.")
 @click.option("--cpu", "cpus", type=click.IntRange(min=1),
               help="Physical CPU cores.  [default: 1 per GPU]")
 @click.option("--memory", callback=_callback(parse_memory), metavar="SIZE",
@@ -152,7 +153,7 @@ def run_request(api, params: dict, after_dashes: bool,
     create` uses it too."""
     command = command_for(params["words"], after_dashes)
     gpu, gpus, cpus, memory = params["gpu"], params["gpus"], params["cpus"], params["memory"]
-    check_hardware(gpu, gpus, cpus or gpus, memory or 1)
+    check_hardware(gpu, gpus, cpus or gpus, memory or 1, cluster_shape(api))
     root = Path.cwd()
     project = params["project"] or safe_project_name(root.resolve().name)
     no_upload, max_spend = params["no_upload"], params["max_spend"]

@@ -2,11 +2,20 @@ from flask import g, jsonify
 
 from app.api import bp
 from app.api.auth import token_required
+from app.services.catalog import catalog_json
 
 
 @bp.get("/health")
 def health():
     return jsonify(ok=True)
+
+
+@bp.get("/catalog")
+@token_required
+def catalog():
+    """The GPU types, GPUs per node and a node's cores and GiB: what `div`
+    validates its flags against before uploading."""
+    return jsonify(catalog_json())
 
 
 @bp.get("/whoami")

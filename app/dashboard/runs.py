@@ -9,9 +9,10 @@ from flask import flash, g, redirect, render_template, request, url_for
 from app.dashboard import bp
 from app.dashboard.auth import login_required
 from app.models import RUN_STATUSES
+from app.services.catalog import GPU_TYPES
 from app.services.logs import log_window
 from app.services.run_text import format_duration, hardware, header_line, summary_line
-from app.services.runs import GPU_TYPES, LIVE, find_run, page_of_runs, run_dir, run_json, stop_run
+from app.services.runs import LIVE, find_run, page_of_runs, run_dir, run_json, stop_run
 from app.services.secrets import log_masker
 from app.web.request_args import int_arg
 

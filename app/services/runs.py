@@ -15,6 +15,7 @@ from sqlalchemy.orm import selectinload
 
 from app.extensions import db
 from app.models import Org, Project, Run, User, iso_utc
+from app.services.catalog import ClusterShape, cluster_shape
 from app.services.checks import parse_check
 from app.services.code import stored_tree
 from app.services.errors import Conflict, Invalid, NotFound, Refused, Unavailable
@@ -32,13 +33,10 @@ from app.services.slurm_access import ensure_org_account, slurm_client, slurm_si
 from app.services.submissions import adopt_job, record_job, settle_without_job
 from app.services.usage import minutes_left
 from app.services.volumes import ensure_volume, org_dir, run_dir, trees_dir, volumes_in_command
-from slurm import jobspec
 from slurm.client import SlurmError, SubmitNotReceived, SubmitRefused
 from slurm.jobspec import DEFAULT_IMAGE, IMAGE_REF, RUN_NAME, InvalidJobSpec, JobSpec, check_env_name
 from slurm.script import render_batch_script
 
-GPU_TYPES = (*jobspec.GPU_TYPES, jobspec.CPU)
-MAX_CORES_PER_NODE, MAX_GIB_PER_NODE = 64, 336
 LIVE = ("queued", "running")
 REQUEST_KEY = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 CODE_REF = re.compile(r"^([a-z0-9_-][a-z0-9._-]{0,62})/code/([0-9a-f]{8,64})$")
@@ -121,16 +119,7 @@ def _validate(req: RunRequest) -> None:
                       "1 to 63 characters")
     if not req.command.strip() or "\0" in req.command:
         raise Invalid("the run needs a command")
-    if req.gpu not in GPU_TYPES:
-        raise Invalid(f"gpu must be one of {', '.join(GPU_TYPES)}")
-    per_node = slurm_site().gpus_per_node
-    if req.gpus < 1 or (req.gpu != "cpu" and req.gpus > per_node and req.gpus % per_node):
-        raise Invalid(f"gpus must be 1 to {per_node}, or whole nodes of {per_node}")
-    nodes = 1 if req.gpu == "cpu" else -(-req.gpus // per_node)
-    if req.cpus is not None and not 1 <= req.cpus <= MAX_CORES_PER_NODE * nodes:
-        raise Invalid(f"cpu must be 1 to {MAX_CORES_PER_NODE} cores a node")
-    if req.memory_gib is not None and not 1 <= req.memory_gib <= MAX_GIB_PER_NODE * nodes:
-        raise Invalid(f"memory must be 1 to {MAX_GIB_PER_NODE} GiB a node")
+    _validate_hardware(req, cluster_shape())
     for key, value in req.env.items():
         try:
             check_env_name(key)
@@ -150,6 +139,19 @@ def _validate(req: RunRequest) -> None:
         raise Invalid("telemetry.toml may be at most 64 KiB")
     if req.code_ref is not None and not CODE_REF.fullmatch(req.code_ref):
         raise Invalid(f"invalid code reference {req.code_ref!r}")
+
+
+def _validate_hardware(req: RunRequest, shape: ClusterShape) -> None:
+    if req.gpu not in shape.gpu_types:
+        raise Invalid(f"gpu must be one of {', '.join(shape.gpu_types)}")
+    per_node = shape.gpus_per_node
+    if req.gpus < 1 or (req.gpu != "cpu" and req.gpus > per_node and req.gpus % per_node):
+        raise Invalid(f"gpus must be 1 to {per_node}, or whole nodes of {per_node}")
+    nodes = shape.nodes_for(req.gpu, req.gpus)
+    if req.cpus is not None and not 1 <= req.cpus <= shape.max_cores_per_node * nodes:
+        raise Invalid(f"cpu must be 1 to {shape.max_cores_per_node} cores a node")
+    if req.memory_gib is not None and not 1 <= req.memory_gib <= shape.max_gib_per_node * nodes:
+        raise Invalid(f"memory must be 1 to {shape.max_gib_per_node} GiB a node")
 
 
 def _time_limit(org: Org, max_spend: int | None, rate: int) -> tuple[int | None, str | None]:

@@ -1,0 +1,57 @@
+"""`div run` checks its flags against the server's catalog before uploading
+anything: through a real HTTP server (werkzeug's, in a thread) serving the
+app on a site with 4 GPUs a node, which the CLI's own copy does not know."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+from werkzeug.serving import make_server
+
+from app.services.keys import create_key
+from app.services.orgs import get_or_create_org, get_or_create_user
+from cli.main import cli
+
+
+@pytest.fixture
+def served(app, tmp_path, monkeypatch):
+    """The app over HTTP on a site with 4-GPU nodes, and div's settings for it."""
+    site = tmp_path / "site.toml"
+    site.write_text("[slurm]\ngpus_per_node = 4\n")
+    app.config["DIV_SITE_FILE"] = str(site)
+    with app.app_context():
+        key = create_key(get_or_create_user(get_or_create_org("acme"), "alice"))
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("DIV_API_URL", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setenv("DIV_TOKEN", key)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    yield site
+    server.shutdown()
+
+
+def div(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_div_run_refuses_what_the_sites_nodes_cannot_hold_before_uploading(served, tmp_path):
+    refused = div("run", "--gpu", "h100", "--gpus", "6", "--", "true")
+    assert refused.exit_code == 2, refused.output
+    assert "more than 4 GPUs come in whole nodes of 4: 8, 12, 16" in refused.output
+    assert not (tmp_path / "data" / "share").exists()          # nothing was uploaded
+    unknown = div("run", "--gpu", "a100", "--", "true")
+    assert unknown.exit_code == 2
+    assert "'a100' is not one of 'b300', 'h200', 'h100', 'l40s', 'cpu'" in unknown.output
+
+
+def test_the_catalog_is_kept_for_a_minute_then_asked_again(served, tmp_path):
+    assert "whole nodes of 4" in div("run", "--gpus", "6", "--", "true").output
+    served.write_text("[slurm]\ngpus_per_node = 2\n")
+    assert "whole nodes of 4" in div("run", "--gpus", "6", "--", "true").output   # kept
+    for cached in (tmp_path / "cache" / "div").glob("catalog-*.json"):
+        os.utime(cached, (time.time() - 61, time.time() - 61))      # a minute on
+    assert "whole nodes of 2" in div("run", "--gpus", "3", "--", "true").output
