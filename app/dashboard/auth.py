@@ -10,11 +10,10 @@ from functools import wraps
 from flask import g, redirect, render_template, request, session, url_for
 
 from app.dashboard import bp
-from app.extensions import db
 from app.models import User
 from app.services import throttle
 from app.services.errors import Forbidden
-from app.services.passwords import user_for_password
+from app.services.passwords import end_sessions, user_for_password, user_for_session
 
 # Where sign-in may send the browser: a path of this site, printable ASCII
 # with no backslash, never `//host` (browsers drop tabs and newlines, so
@@ -23,10 +22,7 @@ LOCAL_PATH = re.compile(r"/(?![/\\])[\x21-\x5b\x5d-\x7e]*")
 
 
 def signed_in_user() -> User | None:
-    user = db.session.get(User, session["user_id"]) if "user_id" in session else None
-    if user is None or session.get("epoch") != user.session_epoch:
-        return None
-    return user
+    return user_for_session(session.get("user_id"), session.get("epoch"))
 
 
 def login_required(view):
@@ -81,7 +77,6 @@ def logout():
     cookie stops working too."""
     user = signed_in_user()
     if user is not None:
-        user.session_epoch += 1
-        db.session.commit()
+        end_sessions(user)
     session.clear()
     return redirect(url_for("dashboard.login"))

@@ -6,16 +6,13 @@ from flask import flash, g, redirect, render_template, request, url_for
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
-from app.extensions import db
-from app.models import User
 from app.services.errors import NotFound
 from app.services.keys import create_key, keys_of, revoke_key
+from app.services.orgs import members_of
 
 
 def _settings_page(new_key: str | None = None):
-    members = db.session.execute(db.select(User).filter_by(org_id=g.user.org_id)
-                                 .order_by(User.username)).scalars()
-    return render_template("settings.html", keys=keys_of(g.user), members=list(members),
+    return render_template("settings.html", keys=keys_of(g.user), members=members_of(g.user.org_id),
                            new_key=new_key)
 
 

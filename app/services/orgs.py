@@ -62,6 +62,11 @@ def get_or_create_user(org: Org, username: str, role: str = "member") -> User:
     return user
 
 
+def members_of(org_id: int) -> list[User]:
+    return list(db.session.execute(db.select(User).filter_by(org_id=org_id)
+                                   .order_by(User.username)).scalars())
+
+
 def user_named(username: str) -> User | None:
     return db.session.execute(db.select(User).filter_by(username=username)).scalar_one_or_none()
 

@@ -17,6 +17,19 @@ def set_password(user: User, password: str) -> None:
     db.session.commit()
 
 
+def user_for_session(user_id: object, epoch: object) -> User | None:
+    """The user a dashboard session names, while no sign-out or new
+    password has ended its sessions since it began."""
+    user = db.session.get(User, user_id) if isinstance(user_id, int) else None
+    return user if user is not None and epoch == user.session_epoch else None
+
+
+def end_sessions(user: User) -> None:
+    """Every session of the user's ends: a copied cookie stops working too."""
+    user.session_epoch += 1
+    db.session.commit()
+
+
 def user_for_password(username: str, password: str) -> User | None:
     user = user_named(username)
     if user is None or not user.password_hash:
