@@ -19,6 +19,8 @@ from tests.stack import fresh_postgres_database
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def app(request, tmp_path):
+    """Not conftest's app: the schema here comes from the migrations, on
+    both databases, since what is under test is the schema itself."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'test.db'}"
     else:
