@@ -3,8 +3,16 @@ other bytes as base64, following until the run ends, resuming from offsets."""
 from __future__ import annotations
 
 import base64
+import json
+import os
 
+from app.extensions import db
+from app.models import Project, Run
+from app.services.keys import create_key
 from app.services.logs import chunk_event, log_events, read_new, utf8_prefix
+from app.services.orgs import get_or_create_org, get_or_create_user
+from app.services.secrets import seal
+from app.services.volumes import run_dir
 
 
 def test_a_character_cut_in_half_waits_for_its_other_half():
@@ -59,3 +67,32 @@ def test_follow_sends_status_then_what_was_written_then_the_end(tmp_path):
     assert events[0]["data"] == "line\n"
     assert events[1]["event"] == "status"
     assert events[-1] == {"event": "end"}
+
+
+def test_the_apis_log_stream_sends_both_streams_masked_from_the_offsets_asked_then_the_end(
+        app, client):
+    with app.app_context():
+        org = get_or_create_org("acme")
+        user = get_or_create_user(org, "alice")
+        key = create_key(user)
+        project = Project(org_id=org.id, name="p")
+        db.session.add(project)
+        db.session.flush()
+        db.session.add(Run(org_id=org.id, project_id=project.id, user_id=user.id, name="run-done",
+                           status="succeeded", gpu_type="cpu", gpus=1, cpus=1, memory_gib=2,
+                           image="img", command="true", rate_micros_per_hour=300_000,
+                           secrets_sealed=seal(json.dumps({"TOKEN": "hunter2-secret"}))))
+        db.session.commit()
+        state = run_dir(org, "run-done")
+        os.makedirs(state)
+        with open(os.path.join(state, "stdout"), "w") as f:
+            f.write("first\ntoken=hunter2-secret\n")
+        with open(os.path.join(state, "stderr"), "w") as f:
+            f.write("warned\n")
+    headers = {"Authorization": f"Bearer {key}"}
+    answer = client.get("/api/v1/runs/run-done/logs?follow=1&stdout=6", headers=headers)
+    events = [json.loads(line) for line in answer.get_data(as_text=True).splitlines()]
+    chunks = {e["stream"]: (e["offset"], e["data"]) for e in events if "stream" in e}
+    assert chunks == {"stdout": (6, "token=***\n"), "stderr": (0, "warned\n")}
+    assert events[-1]["event"] == "end" and events[-1]["run"]["status"] == "succeeded"
+    assert client.get("/api/v1/runs/run-done/logs").status_code == 401

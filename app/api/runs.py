@@ -76,7 +76,7 @@ def runs_logs(name: str):
     run = find_run(g.user.org, name)
     offsets = {s: int_arg(s, 0) for s in STREAMS}
     follow = request.args.get("follow", "") in ("1", "true")
-    events = run_log_events(run, g.api_key.id, offsets, follow)
+    events = run_log_events(g.user.org, run, g.api_key.id, offsets, follow)
 
     def lines():
         try:

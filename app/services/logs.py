@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from app.extensions import db
-from app.models import ApiKey, Run
+from app.models import ApiKey, Org, Run
 from app.services.masking import NO_MASK, Masker
 from app.services.run_text import summary_line, waiting_text
 from app.services.runs import LIVE, run_json
@@ -113,7 +113,7 @@ class KeyRevoked(Exception):
     """The key a stream was opened with was revoked while it streamed."""
 
 
-def run_log_events(run: Run, key_id: int, offsets: dict[str, int],
+def run_log_events(org: Org, run: Run, key_id: int, offsets: dict[str, int],
                    follow: bool) -> Iterator[dict]:
     """A run's log events (its secrets masked) for a client holding API key
     `key_id`: with `follow`, its status while it lives and its end. Raises
@@ -121,7 +121,7 @@ def run_log_events(run: Run, key_id: int, offsets: dict[str, int],
     the run is a transaction of its own, so the reconciler's commits show
     and none stays open for the life of the stream."""
     # Read now, while the request is at work: the stream reads files only.
-    run_id, state_dir, masker = run.id, run_dir(run.org, run.name), log_masker(run)
+    run_id, state_dir, masker = run.id, run_dir(org, run.name), log_masker(run)
 
     def fresh_run() -> Run:
         db.session.rollback()
