@@ -1,5 +1,5 @@
 """divergent's Flask app: create_app() binds the extensions, the error
-handlers (app/errors.py), the JSON API, the dashboard and the admin commands
+handlers (app/web/errors.py), the JSON API, the dashboard and the admin commands
 (app/admin/)."""
 from __future__ import annotations
 

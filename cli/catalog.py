@@ -47,7 +47,7 @@ def shape_of(answer: object) -> Shape | None:
 def cluster_shape(api) -> Shape:
     path = _cache_path(api.url)
     try:
-        if time.time() - path.stat().st_mtime < CACHE_SECONDS:
+        if 0 <= time.time() - path.stat().st_mtime < CACHE_SECONDS:
             cached = shape_of(json.loads(path.read_text()))
             if cached is not None:
                 return cached
@@ -55,7 +55,7 @@ def cluster_shape(api) -> Shape:
         pass
     try:
         answer = api.get("/catalog")
-    except (ApiError, ApiUnreachable):
+    except (ApiError, ApiUnreachable, ValueError):    # ValueError: not JSON (a proxy's page)
         return FALLBACK
     shape = shape_of(answer)
     if shape is None:

@@ -57,6 +57,8 @@ def _callback(parse, *extra):
 @click.command("run", cls=RunCommand)
 @click.argument("words", nargs=-1, metavar="<entrypoint> | -- <command...>")
 @click.option("--gpu", default="h100", show_default=True, metavar="TYPE",
+              shell_complete=lambda ctx, param, typed: [
+                  t for t in FALLBACK.gpu_types if t.startswith(typed)],
               help=f"GPU type, one the site sells ({', '.join(FALLBACK.gpu_types)} on the "
                    "docs' cluster).")
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True,

@@ -7,9 +7,12 @@ from __future__ import annotations
 import pytest
 
 from app.extensions import db
-from app.models import Org
+from app.models import Org, Project, Run
+from app.services import slurm_access
 from app.services.keys import user_for_key
+from app.services.orgs import get_or_create_org, get_or_create_user
 from app.services.passwords import user_for_password
+from slurm.client import SlurmError
 
 
 def flask(runner, *args: str, code: int = 0):
@@ -86,3 +89,30 @@ def test_the_site_settings_are_shown_changed_and_refused_in_plain_words(runner, 
 def test_rotating_the_secrets_key_says_how_many_values_it_sealed_again(runner):
     assert "0 sealed values re-encrypted under the first key" in flask(
         runner, "rotate-secrets", "--new-key")
+
+
+class AccountingDown:
+    def query(self, job_ids, squeue_alone=False):
+        raise SlurmError("sacct: error: Problem talking to the database: Connection refused")
+
+
+def test_charges_while_slurms_accounting_is_down_is_one_line(acme, app):
+    with app.app_context():
+        org = get_or_create_org("acme")
+        user = get_or_create_user(org, "alice")
+        project = Project(org_id=org.id, name="p")
+        db.session.add(project)
+        db.session.flush()
+        db.session.add(Run(org_id=org.id, project_id=project.id, user_id=user.id, name="run-1",
+                           status="succeeded", slurm_job_id="5", gpu_type="cpu", gpus=1, cpus=1,
+                           memory_gib=2, image="img", command="true",
+                           rate_micros_per_hour=300_000))
+        db.session.commit()
+    with slurm_access.standing_in(AccountingDown()):
+        down = flask(acme, "charges", code=1)
+    assert "Error: Slurm's accounting did not answer: sacct: error: Problem talking" in down
+
+
+def test_a_key_name_longer_than_the_column_is_refused_by_the_service(acme):
+    assert "at most 64 characters" in flask(acme, "create-key", "alice", "--name", "k" * 65,
+                                            code=1)

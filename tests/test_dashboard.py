@@ -290,7 +290,7 @@ def test_settings_create_a_key_once_revoke_it_and_list_members(app):
                     data={"csrf_token": csrf_token(bob, "/settings")}).status_code == 404
 
 
-def test_the_cluster_page_is_for_site_admins_and_shows_slurms_gpus(app):
+def test_the_cluster_page_is_for_site_admins_and_shows_slurms_gpus(app, slurm_cluster):
     client = app.test_client()
     sign_in(client)
     assert client.get("/cluster").status_code == 403

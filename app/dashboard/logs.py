@@ -9,8 +9,7 @@ from flask import g, render_template, request
 from app.dashboard import bp
 from app.dashboard.auth import login_required
 from app.services.logs import STREAMS, log_since, log_window
-from app.services.runs import LIVE, find_run, run_dir
-from app.services.secrets import log_masker
+from app.services.runs import LIVE, find_run
 from app.web.request_args import int_arg
 
 
@@ -22,8 +21,7 @@ def run_log(name: str):
     run = find_run(g.user.org, name)
     offsets = {s: int_arg(s, 0) for s in STREAMS}
     ended = run.status not in LIVE
-    chunks, offsets = log_since(run_dir(g.user.org, run.name), log_masker(run), offsets,
-                                final=ended)
+    chunks, offsets = log_since(g.user.org, run, offsets)
     return render_template("_log_poll.html", run=run, chunks=chunks, offsets=offsets,
                            polling=not ended or bool(chunks))
 
@@ -35,6 +33,6 @@ def run_log_earlier(name: str):
     by HTMX, or a page of its own with JavaScript off."""
     run = find_run(g.user.org, name)
     ends = {s: int_arg(s, 0) for s in STREAMS}
-    chunks, starts, _ = log_window(run_dir(g.user.org, run.name), log_masker(run), ends)
+    chunks, starts, _ = log_window(g.user.org, run, ends)
     template = "_log_earlier_swap.html" if request.headers.get("HX-Request") else "log_earlier.html"
     return render_template(template, run=run, chunks=chunks, starts=starts)

@@ -12,8 +12,7 @@ from app.models import RUN_STATUSES
 from app.services.catalog import GPU_TYPES
 from app.services.logs import log_window
 from app.services.run_text import format_duration, hardware, header_line, summary_line
-from app.services.runs import LIVE, find_run, page_of_runs, run_dir, run_json, stop_run
-from app.services.secrets import log_masker
+from app.services.runs import LIVE, find_run, page_of_runs, run_json, stop_run
 from app.web.request_args import int_arg
 
 
@@ -48,8 +47,7 @@ def runs():
 def run_page(name: str):
     run = find_run(g.user.org, name)
     live = run.status in LIVE
-    chunks, starts, offsets = log_window(run_dir(g.user.org, run.name), log_masker(run),
-                                         live=live)
+    chunks, starts, offsets = log_window(g.user.org, run)
     return render_template("run.html", run=run, doc=run_json(run), header=header_line(run),
                            summary=summary_line(run), live=live, chunks=chunks,
                            starts=starts, offsets=offsets, polling=live)

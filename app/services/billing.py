@@ -8,10 +8,12 @@ import sqlalchemy as sa
 
 from app.extensions import db
 from app.models import Org, Run
+from app.services.errors import Unavailable
 from app.services.pricing import cost
 from app.services.runs import LIVE
 from app.services.slurm_access import slurm_client
 from app.services.usage import month_bounds
+from slurm.client import SlurmError
 
 BATCH = 500
 
@@ -38,7 +40,10 @@ def recompute(month: str | None = None) -> list[Charge]:
     charges = []
     for first in range(0, len(rows), BATCH):
         batch = rows[first:first + BATCH]
-        records = slurm_client().query([run.slurm_job_id for run, _ in batch])
+        try:
+            records = slurm_client().query([run.slurm_job_id for run, _ in batch])
+        except SlurmError as exc:
+            raise Unavailable(f"Slurm's accounting did not answer: {exc}") from None
         for run, org in batch:
             record = records.get(run.slurm_job_id)
             again = None

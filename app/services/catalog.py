@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.services.errors import Unavailable
 from app.services.pricing import current_prices, usd_text
 from app.services.slurm_access import slurm_site
 from slurm import jobspec
@@ -33,9 +34,15 @@ def cluster_shape() -> ClusterShape:
 
 
 def catalog_json() -> dict:
-    shape, prices = cluster_shape(), current_prices()
+    """The shape, and the prices unless the price table is broken (runs are
+    refused then anyway, saying so): flags are checked against the shape."""
+    shape = cluster_shape()
+    try:
+        prices = current_prices()
+    except Unavailable:
+        prices = None
     return {"gpu_types": list(shape.gpu_types), "gpus_per_node": shape.gpus_per_node,
             "max_cores_per_node": shape.max_cores_per_node,
             "max_gib_per_node": shape.max_gib_per_node,
-            "price_per_hour": {gpu: usd_text(prices.per_unit_hour[gpu])
-                               for gpu in shape.gpu_types}}
+            "price_per_hour": prices and {gpu: usd_text(prices.per_unit_hour[gpu])
+                                          for gpu in shape.gpu_types}}

@@ -13,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 
 from app.extensions import db
 from app.models import ApiKey, User, utcnow
+from app.services.errors import Invalid
 
 log = logging.getLogger("divergent.keys")
 
@@ -25,6 +26,8 @@ def _hash(key: str) -> str:
 
 def create_key(user: User, name: str = "") -> str:
     """Creates a key for `user` and returns it: the only time it is seen."""
+    if not isinstance(name, str) or len(name) > 64:
+        raise Invalid("a key's name is a string of at most 64 characters")
     key_id = secrets.token_hex(6)
     key = f"{PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
     db.session.add(ApiKey(user=user, prefix=f"{PREFIX}{key_id}", key_hash=_hash(key), name=name))

@@ -148,13 +148,13 @@ def run_log_events(org: Org, run: Run, key_id: int, offsets: dict[str, int],
 WINDOW_BYTES = 64 * 1024
 
 
-def log_window(state_dir: str, masker: Masker, ends: dict[str, int] | None = None,
-               live: bool = False):
+def log_window(org: Org, run: Run, ends: dict[str, int] | None = None):
     """Up to WINDOW_BYTES of each stream ending at `ends` (the files' ends
     when None: the tail), from a line's start, secrets masked. Returns the
     chunks, where they start (for paging backwards) and where they end (for
     following). While the run writes, a character cut in half at the end, or
     what may be the start of a secret, is left for the next poll."""
+    state_dir, masker, live = run_dir(org, run.name), log_masker(run), run.status in LIVE
     chunks, starts, stops = [], {}, {}
     for stream in STREAMS:
         path = os.path.join(state_dir, stream)
@@ -181,8 +181,10 @@ def _read_range(path: str, start: int, end: int) -> bytes:
         return f.read(end - start)
 
 
-def log_since(state_dir: str, masker: Masker, offsets: dict[str, int], final: bool):
-    """What each stream gained since `offsets`, as text, and the new offsets."""
+def log_since(org: Org, run: Run, offsets: dict[str, int]):
+    """What each stream gained since `offsets`, as text, and the new offsets;
+    once the run has ended, to the files' ends."""
+    state_dir, masker, final = run_dir(org, run.name), log_masker(run), run.status not in LIVE
     chunks = []
     for stream in STREAMS:
         shown, used = masker.mask(read_new(os.path.join(state_dir, stream), offsets[stream], final),

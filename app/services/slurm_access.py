@@ -44,6 +44,7 @@ def standing_in(client: SlurmClient) -> Iterator[SlurmClient]:
         yield client
     finally:
         _stand_in = previous
+        _accounts_known.clear()     # made in the stand-in's Slurm, not the site's
 
 
 def slurm_client() -> SlurmClient:
