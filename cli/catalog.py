@@ -1,6 +1,6 @@
-"""The cluster's shape as the server serves it (GET /catalog): the GPU
-types the site sells, GPUs a node, a node's cores and GiB. `div run` checks
-its flags against it before uploading anything. The answer is kept under
+"""The site's catalog as the server serves it (GET /catalog): each type it
+sells, with GPUs a node, what one includes and what a node has. `div run`
+checks its flags against it before uploading anything. The answer is kept under
 ~/.cache/div for CACHE_SECONDS, so most runs do not ask; FALLBACK (the docs'
 cluster, which tests hold equal to a default server's answer) stands in for
 a server that does not answer: the run's own request then says why."""
@@ -19,29 +19,47 @@ CACHE_SECONDS = 60
 
 
 @dataclass(frozen=True)
+class Hardware:
+    """One type of the catalog, as the CLI checks flags against it."""
+    gpu: bool = True
+    per_node: int = 8
+    cores: int = 1
+    memory_gib: int = 8
+    node_cores: int = 64
+    node_gib: int = 336
+
+    def nodes_for(self, units: int) -> int:
+        return -(-units // self.per_node) if self.gpu else 1
+
+
+@dataclass(frozen=True)
 class Shape:
-    gpu_types: tuple[str, ...] = ("b300", "h200", "h100", "l40s", "cpu")
-    gpus_per_node: int = 8
-    max_cores_per_node: int = 64
-    max_gib_per_node: int = 336
+    types: dict[str, Hardware]
 
-    def nodes_for(self, gpu: str, gpus: int) -> int:
-        return 1 if gpu == "cpu" else -(-gpus // self.gpus_per_node)
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(self.types)
 
 
-FALLBACK = Shape()
+# The docs' table.
+FALLBACK = Shape({**{t: Hardware() for t in ("b300", "h200", "h100", "l40s")},
+                  "cpu": Hardware(gpu=False, memory_gib=2)})
+NUMBERS = ("per_node", "cores", "memory_gib", "node_cores", "node_gib")
 
 
 def shape_of(answer: object) -> Shape | None:
     """A Shape from the server's JSON, or None for anything else."""
-    if not isinstance(answer, dict):
+    rows = answer.get("gpu_types") if isinstance(answer, dict) else None
+    if not isinstance(rows, list) or not rows:
         return None
-    types, numbers = answer.get("gpu_types"), [answer.get(k) for k in (
-        "gpus_per_node", "max_cores_per_node", "max_gib_per_node")]
-    if not (isinstance(types, list) and types and all(isinstance(t, str) for t in types)
-            and all(isinstance(n, int) and n >= 1 for n in numbers)):
-        return None
-    return Shape(tuple(types), *numbers)
+    types = {}
+    for row in rows:
+        if not (isinstance(row, dict) and isinstance(row.get("name"), str)
+                and isinstance(row.get("gpu"), bool)
+                and all(isinstance(row.get(k), int) and row[k] >= 1 for k in NUMBERS)):
+            return None
+        types[row["name"]] = Hardware(row["gpu"], *(row[k] for k in NUMBERS))
+    return Shape(types)
 
 
 def cluster_shape(api) -> Shape:

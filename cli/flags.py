@@ -53,24 +53,27 @@ def parse_usd(text: str) -> int:
     return micros
 
 
-def check_hardware(gpu: str, gpus: int, cpus: int, memory_gib: int,
+def check_hardware(gpu: str, gpus: int, cpus: int | None, memory_gib: int | None,
                    shape: Shape = FALLBACK) -> None:
     """A GPU type the site sells; whole nodes above a node's GPUs; cores and
     GiB within what the nodes have."""
-    if gpu not in shape.gpu_types:
+    if gpu not in shape.types:
         raise click.BadParameter(f"{gpu!r} is not one of "
                                  f"{', '.join(repr(t) for t in shape.gpu_types)}",
                                  param_hint="'--gpu'")
     if gpus < 1:
         raise click.BadParameter("must be at least 1", param_hint="--gpus")
-    per_node = shape.gpus_per_node
-    if gpu != "cpu" and gpus > per_node and gpus % per_node:
+    hardware = shape.types[gpu]
+    per_node = hardware.per_node
+    if hardware.gpu and gpus > per_node and gpus % per_node:
         whole = ", ".join(str(per_node * n) for n in (2, 3, 4))
         raise click.BadParameter(
             f"more than {per_node} GPUs come in whole nodes of {per_node}: {whole}, ...",
             param_hint="--gpus")
-    nodes = shape.nodes_for(gpu, gpus)
-    cores, gib = shape.max_cores_per_node, shape.max_gib_per_node
+    nodes = hardware.nodes_for(gpus)
+    cores, gib = hardware.node_cores, hardware.node_gib
+    cpus = gpus * hardware.cores if cpus is None else cpus
+    memory_gib = gpus * hardware.memory_gib if memory_gib is None else memory_gib
     if not 1 <= cpus <= cores * nodes:
         raise click.BadParameter(f"at most {cores} cores a node "
                                  f"({cores * nodes} for this run), at least 1",

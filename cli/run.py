@@ -155,7 +155,7 @@ def run_request(api, params: dict, after_dashes: bool,
     create` uses it too."""
     command = command_for(params["words"], after_dashes)
     gpu, gpus, cpus, memory = params["gpu"], params["gpus"], params["cpus"], params["memory"]
-    check_hardware(gpu, gpus, cpus or gpus, memory or 1, cluster_shape(api))
+    check_hardware(gpu, gpus, cpus, memory, cluster_shape(api))
     root = Path.cwd()
     project = params["project"] or safe_project_name(root.resolve().name)
     no_upload, max_spend = params["no_upload"], params["max_spend"]

@@ -1,18 +1,25 @@
-"""What a run asks of Slurm (JobSpec), the site's Slurm settings (SlurmSite),
-and the strict patterns every user value is checked against before it can
-reach a batch script."""
+"""What a run asks of Slurm (JobSpec), the site's Slurm settings (SlurmSite)
+with its catalog of hardware (GpuType), and the strict patterns every user
+value is checked against before it can reach a batch script."""
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import dataclass, field
 
+# The docs' GPU types: the default catalog, which a site replaces or extends.
 GPU_TYPES = ("b300", "h200", "h100", "l40s")
 CPU = "cpu"
 DEFAULT_IMAGE = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime"
 RUNTIMES = ("none", "pyxis", "apptainer")
 
 RUN_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+# A catalog name as users type it: a100, rtx6000, h100-80g.
+GPU_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+# Partition, GRES, feature, QoS and account names go into #SBATCH lines,
+# which Slurm parses without a shell: plain names only (GRES with its ':').
+SLURM_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+GRES = re.compile(r"^gpu(?::[A-Za-z0-9_.-]{1,64})?$")
 ACCOUNT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 VOLUME_NAME = re.compile(r"^[a-z0-9_-][a-z0-9._-]{0,62}$")
 # State folders appear in #SBATCH lines, which Slurm parses without a shell
@@ -40,14 +47,64 @@ class InvalidJobSpec(ValueError):
 
 
 @dataclass(frozen=True)
+class GpuType:
+    """One kind of hardware the site sells, and how Slurm is asked for it.
+    `gres` is `gpu:<type>` (typed) or `gpu` (untyped: the partition or the
+    constraint says which); None is the cpu type, which asks for no GRES.
+    `cores` and `memory_gib` are what one GPU (or cpu unit) includes, the
+    node_ fields what a node has to give runs."""
+
+    name: str
+    partition: str
+    gres: str | None = None
+    per_node: int = 8
+    constraint: str | None = None
+    qos: str | None = None
+    cores: int = 1
+    memory_gib: int = 8
+    node_cores: int = 64
+    node_gib: int = 336
+
+    def __post_init__(self):
+        _check(GPU_NAME, self.name, "GPU type name")
+        for value, what in ((self.partition, "partition"), (self.constraint, "constraint"),
+                            (self.qos, "QoS")):
+            if value is not None:
+                _check(SLURM_NAME, value, f"{what} of {self.name}")
+        if self.gres is not None:
+            _check(GRES, self.gres, f"GRES of {self.name} (gpu or gpu:TYPE)")
+        for value, what, top in ((self.per_node, "GPUs a node", 64), (self.cores, "cores", 512),
+                                 (self.memory_gib, "GiB", 8192),
+                                 (self.node_cores, "cores a node", 4096),
+                                 (self.node_gib, "GiB a node", 65536)):
+            if not isinstance(value, int) or not 1 <= value <= top:
+                raise InvalidJobSpec(f"{self.name}: {what} must be 1 to {top}")
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.gres is None
+
+    def nodes_for(self, units: int) -> int:
+        return 1 if self.is_cpu else max(1, math.ceil(units / self.per_node))
+
+
+def default_catalog(per_node: int = 8, partitions: dict[str, str] | None = None,
+                    gres: dict[str, str] | None = None) -> dict[str, GpuType]:
+    """The docs' table: b300, h200, h100, l40s (8 a node, 1 core and 8 GiB
+    each) and cpu (2 GiB a unit), each in a partition of its name, with the
+    partition and typed GRES names a site gives them."""
+    partitions, gres = partitions or {}, gres or {}
+    catalog = {t: GpuType(t, partitions.get(t, t), f"gpu:{gres.get(t, t)}", per_node)
+               for t in GPU_TYPES}
+    catalog[CPU] = GpuType(CPU, partitions.get(CPU, CPU), None, memory_gib=2)
+    return catalog
+
+
+@dataclass(frozen=True)
 class SlurmSite:
     """How this cluster names things and runs containers: site configuration."""
 
-    partitions: dict[str, str] = field(
-        default_factory=lambda: {t: t for t in (*GPU_TYPES, CPU)})
-    gres_types: dict[str, str] = field(
-        default_factory=lambda: {t: t for t in GPU_TYPES})
-    gpus_per_node: int = 8
+    catalog: dict[str, GpuType] = field(default_factory=default_catalog)
     runtime: str = "none"
     # Node-local folder for each run's scratch (workspace/ and mnt/).
     scratch_root: str = "/tmp"
@@ -91,14 +148,19 @@ class JobSpec:
     def __post_init__(self):
         validate(self)
 
-    @property
-    def is_cpu(self) -> bool:
-        return self.gpu_type == CPU
+    def hardware(self, site: SlurmSite) -> GpuType:
+        """The catalog's type of this run, which must fit its nodes."""
+        gpu = site.catalog.get(self.gpu_type)
+        if gpu is None:
+            raise InvalidJobSpec(f"this site sells no {self.gpu_type!r} "
+                                 f"(it sells {', '.join(site.catalog)})")
+        if not gpu.is_cpu and self.gpus > gpu.per_node and self.gpus % gpu.per_node:
+            raise InvalidJobSpec(f"more than {gpu.per_node} GPUs must be a multiple of "
+                                 f"{gpu.per_node} (whole nodes)")
+        return gpu
 
     def nodes(self, site: SlurmSite) -> int:
-        if self.is_cpu:
-            return 1
-        return max(1, math.ceil(self.gpus / site.gpus_per_node))
+        return self.hardware(site).nodes_for(self.gpus)
 
     def per_node(self, total: int, site: SlurmSite) -> int:
         return math.ceil(total / self.nodes(site))
@@ -125,12 +187,9 @@ def validate(spec: JobSpec) -> None:
     _check(IMAGE_REF, spec.image, "image")
     _check(STATE_PATH, spec.state_dir, "state folder")
     _check(RUN_NAME, spec.project, "project")
-    if spec.gpu_type not in (*GPU_TYPES, CPU):
-        raise InvalidJobSpec(f"invalid gpu type: {spec.gpu_type!r}")
+    _check(GPU_NAME, spec.gpu_type, "gpu type")
     if spec.gpus < 1:
         raise InvalidJobSpec("gpus must be at least 1")
-    if spec.gpus > 8 and spec.gpus % 8:
-        raise InvalidJobSpec("more than 8 GPUs must be a multiple of 8 (whole nodes)")
     if spec.cpus < 1 or spec.memory_gib < 1:
         raise InvalidJobSpec("cpus and memory must be at least 1")
     if spec.time_limit_minutes is not None and spec.time_limit_minutes < 1:

@@ -174,17 +174,20 @@ exit "$rc"
 
 
 def sbatch_directives(spec: JobSpec, site: SlurmSite) -> list[str]:
-    nodes = spec.nodes(site)
+    gpu = spec.hardware(site)
     lines = [
         f"--job-name={job_name(spec.run_name)}",
         f"--account={spec.account}",
-        f"--partition={site.partitions[spec.gpu_type]}",
-        f"--nodes={nodes}",
+        f"--partition={gpu.partition}",
+        f"--nodes={spec.nodes(site)}",
         "--ntasks-per-node=1",
     ]
-    if not spec.is_cpu:
-        per_node = spec.per_node(spec.gpus, site)
-        lines.append(f"--gres=gpu:{site.gres_types[spec.gpu_type]}:{per_node}")
+    if gpu.gres is not None:
+        lines.append(f"--gres={gpu.gres}:{spec.per_node(spec.gpus, site)}")
+    if gpu.constraint is not None:
+        lines.append(f"--constraint={gpu.constraint}")
+    if gpu.qos is not None:
+        lines.append(f"--qos={gpu.qos}")
     lines += [
         f"--cpus-per-task={spec.per_node(spec.cpus, site)}",
         f"--mem={spec.per_node(spec.memory_gib, site)}G",
@@ -244,7 +247,7 @@ def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
         "export " + _assign("div_command", spec.command),
         "export " + _assign("div_image", spec.image),
         "export " + _assign("div_scratch_root", site.scratch_root),
-        "export " + _assign("div_gpus", "no" if spec.is_cpu else "yes"),
+        "export " + _assign("div_gpus", "no" if spec.hardware(site).is_cpu else "yes"),
         "export " + _assign("div_launch", LAUNCH),
         # Arrays do not cross srun's environment: a declaration does.
         "export div_bind_paths_decl=" + shlex.quote(

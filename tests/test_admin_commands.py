@@ -9,9 +9,11 @@ import pytest
 from app.extensions import db
 from app.models import Org, Project, Run
 from app.services import slurm_access
+from app.services.errors import Invalid
 from app.services.keys import user_for_key
 from app.services.orgs import get_or_create_org, get_or_create_user
 from app.services.passwords import user_for_password
+from app.services.runs import parse_request, size_run
 from slurm.client import SlurmError
 
 
@@ -116,3 +118,34 @@ def test_charges_while_slurms_accounting_is_down_is_one_line(acme, app):
 def test_a_key_name_longer_than_the_column_is_refused_by_the_service(acme):
     assert "at most 64 characters" in flask(acme, "create-key", "alice", "--name", "k" * 65,
                                             code=1)
+
+
+def test_the_catalog_is_the_sites_own_once_a_type_is_added(runner, app, tmp_path):
+    app.config["DIV_SITE_FILE"] = str(tmp_path / "site.toml")
+    added = flask(runner, "site", "gpu", "add", "a100", "--gres", "gpu:a100", "--partition", "gpu",
+                  "--per-node", "4", "--price", "3", "--cores", "8", "--memory", "64",
+                  "--node-cores", "32", "--node-memory", "240", "--qos", "normal")
+    assert "a100   gpu         a100                  4    8 c   64 GiB    32 c   240 GiB  qos normal" \
+        in added
+    assert "[gpu.a100]" in (tmp_path / "site.toml").read_text()
+    assert "a100       $3.10/h" in flask(runner, "prices", "--set", "a100=3.10")
+    flask(runner, "site", "gpu", "rm", "h100")
+    listed = flask(runner, "site", "gpu", "ls")
+    assert "h100" not in listed and "$3.10/h" in listed and "gpus per node  per type" in flask(
+        runner, "site")
+    assert "'h100': a GPU type (b300, h200, l40s, cpu, a100)" in flask(
+        runner, "prices", "--set", "h100=1", code=2)
+    assert "the catalog has no 'h100'" in flask(runner, "site", "gpu", "rm", "h100", code=1)
+    assert "is not gpu or gpu:TYPE" in flask(runner, "site", "gpu", "add", "tpu", "--gres",
+                                             "tpu:v5", "--partition", "x", "--price", "1", code=1)
+    assert "Invalid value for '--price'" in flask(runner, "site", "gpu", "add", "x", "--partition",
+                                                "x", "--price", "lots", code=2)
+    assert "[gpu.x]" not in (tmp_path / "site.toml").read_text()     # a bad price changed nothing
+    with app.app_context():
+        req = parse_request({"project": "p", "command": "true", "gpu": "a100", "gpus": 8})
+        sized = size_run(get_or_create_org("acme"), req)
+        assert (sized.cpus, sized.memory_gib, sized.rate) == (64, 512, 24_800_000)
+        with pytest.raises(Invalid, match="whole nodes of 4"):
+            parse_request({"project": "p", "command": "true", "gpu": "a100", "gpus": 6})
+        with pytest.raises(Invalid, match="gpu must be one of b300, h200, l40s, cpu, a100"):
+            parse_request({"project": "p", "command": "true", "gpu": "h100"})

@@ -35,7 +35,9 @@ def test_the_clis_fallback_shape_is_what_a_default_server_serves(app, client):
     served = client.get("/api/v1/catalog", headers={"Authorization": f"Bearer {key}"})
     assert served.status_code == 200
     assert shape_of(served.get_json()) == FALLBACK
-    assert served.get_json()["price_per_hour"]["h100"] == "4.80"
+    prices = {row["name"]: row["price_per_hour"] for row in served.get_json()["gpu_types"]}
+    assert prices == {"b300": "8.30", "h200": "5.45", "h100": "4.80", "l40s": "2.55",
+                      "cpu": "0.30"}
     assert client.get("/api/v1/catalog").status_code == 401
 
 
@@ -45,4 +47,4 @@ def test_a_site_with_other_nodes_serves_their_shape(app, client, tmp_path):
     with app.app_context():
         key = create_key(get_or_create_user(get_or_create_org("acme"), "alice"))
     served = client.get("/api/v1/catalog", headers={"Authorization": f"Bearer {key}"})
-    assert shape_of(served.get_json()).gpus_per_node == 4
+    assert shape_of(served.get_json()).types["h100"].per_node == 4

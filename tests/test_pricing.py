@@ -3,23 +3,35 @@ from __future__ import annotations
 
 import pytest
 
+from app.services.errors import Unavailable
 from app.services.pricing import PriceTable, cost, format_minutes, format_usd, minutes_for
+from slurm.jobspec import GpuType, default_catalog
 
 PRICES = PriceTable()
+DOCS = default_catalog()
 
 
 def test_h100_with_8_cores_and_64g_costs_7_53_an_hour():
-    assert format_usd(PRICES.rate("h100", 1, 8, 64)) == "$7.53"
+    assert format_usd(PRICES.rate(DOCS["h100"], 1, 8, 64)) == "$7.53"
 
 
 @pytest.mark.parametrize("gpu, usd", [("b300", "$8.30"), ("h200", "$5.45"), ("h100", "$4.80"),
                                       ("l40s", "$2.55"), ("cpu", "$0.30")])
 def test_the_default_size_costs_the_table_price(gpu, usd):
-    assert format_usd(PRICES.rate(gpu, 1, 1, PriceTable.included_gib(gpu))) == usd
+    assert format_usd(PRICES.rate(DOCS[gpu], 1, 1, DOCS[gpu].memory_gib)) == usd
 
 
 def test_less_than_included_costs_the_same_as_the_default():
-    assert PRICES.rate("h100", 8, 1, 1) == PRICES.rate("h100", 8, 8, 64) == 38_400_000
+    assert PRICES.rate(DOCS["h100"], 8, 1, 1) == PRICES.rate(DOCS["h100"], 8, 8, 64) == 38_400_000
+
+
+def test_a_site_type_includes_what_the_catalog_says_and_needs_a_price():
+    a100 = GpuType("a100", "gpu", "gpu:a100", per_node=4, cores=8, memory_gib=64)
+    table = PriceTable({"a100": 3_000_000})
+    assert table.rate(a100, 2, 16, 128) == 6_000_000          # all included
+    assert table.rate(a100, 1, 9, 65) == 3_000_000 + 150_000 + 30_000
+    with pytest.raises(Unavailable, match="a100 has no price yet"):
+        PRICES.rate(a100, 1, 8, 64)
 
 
 def test_five_dollars_of_h100_is_about_1h_2m():

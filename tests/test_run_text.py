@@ -8,6 +8,9 @@ from app.models import Run
 from app.services.run_text import format_duration, hardware, header_line, summary_line
 from slurm.reasons import explain_pending
 
+# The hardware's words follow the site's catalog, read in the app's context.
+pytestmark = pytest.mark.usefixtures("app_context")
+
 
 def run(**fields) -> Run:
     values = dict(name="run-k4t9", gpu_type="h100", gpus=1, cpus=1, memory_gib=8,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm.jobspec import InvalidJobSpec, JobSpec, SlurmSite
+from slurm.jobspec import GpuType, InvalidJobSpec, JobSpec, SlurmSite, default_catalog
 from slurm.script import render_batch_script, sbatch_directives
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -55,7 +55,8 @@ def test_thirty_two_gpus_are_four_nodes_of_eight():
 
 
 def test_cpu_runs_ask_for_no_gres_and_site_names_are_used():
-    site = SlurmSite(partitions={"cpu": "batch", "h100": "gpu-h100"}, gres_types={"h100": "nvidia_h100"})
+    site = SlurmSite(catalog=default_catalog(partitions={"cpu": "batch", "h100": "gpu-h100"},
+                                             gres={"h100": "nvidia_h100"}))
     assert not any("--gres" in line for line in sbatch_directives(example_spec(gpu_type="cpu"), site))
     lines = sbatch_directives(example_spec(), site)
     assert "#SBATCH --partition=gpu-h100" in lines
@@ -69,7 +70,32 @@ def test_no_time_limit_means_no_time_directive():
 
 def test_more_than_eight_gpus_must_fill_whole_nodes():
     with pytest.raises(InvalidJobSpec, match="multiple of 8"):
-        example_spec(gpus=12)
+        sbatch_directives(example_spec(gpus=12), SlurmSite())
+
+
+def test_a_site_type_asks_for_its_partition_gres_feature_and_qos_in_its_nodes():
+    site = SlurmSite(catalog={
+        "a100": GpuType("a100", "gpu", "gpu:a100", per_node=4, qos="normal"),
+        "rtx6000": GpuType("rtx6000", "older", "gpu", per_node=2, constraint="rtx6000")})
+    lines = sbatch_directives(example_spec(gpu_type="a100", gpus=8, cpus=16, memory_gib=128), site)
+    assert {"#SBATCH --partition=gpu", "#SBATCH --nodes=2", "#SBATCH --gres=gpu:a100:4",
+            "#SBATCH --qos=normal", "#SBATCH --cpus-per-task=8"} <= set(lines)
+    untyped = sbatch_directives(example_spec(gpu_type="rtx6000", gpus=2), site)
+    assert {"#SBATCH --partition=older", "#SBATCH --gres=gpu:2",
+            "#SBATCH --constraint=rtx6000"} <= set(untyped)
+    with pytest.raises(InvalidJobSpec, match="multiple of 4"):
+        sbatch_directives(example_spec(gpu_type="a100", gpus=6), site)
+    with pytest.raises(InvalidJobSpec, match="sells no 'h100'"):
+        sbatch_directives(example_spec(), site)
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"partition": "gpu;rm"}, "partition"), ({"gres": "tpu:v5"}, "GRES"),
+    ({"qos": "a b"}, "QoS"), ({"per_node": 0}, "GPUs a node"), ({"name": "A100"}, "name")])
+def test_catalog_values_that_would_reach_an_sbatch_line_are_plain_names(fields, says):
+    values = {"name": "a100", "partition": "gpu", "gres": "gpu:a100", **fields}
+    with pytest.raises(InvalidJobSpec, match=says):
+        GpuType(**values)
 
 
 def test_unknown_runtime_is_refused():

@@ -11,7 +11,7 @@ from flask.cli import with_appcontext
 from app.services.errors import Invalid, ServiceError
 
 
-class AdminCommand(click.Command):
+class ServiceErrors:
     """A command whose ServiceErrors are click's: an Invalid value of the
     parameter named by `bad_value` is a usage error (exit 2, naming it), any
     other error is its message (exit 1)."""
@@ -35,8 +35,20 @@ class AdminCommand(click.Command):
             raise click.ClickException(exc.message) from None
 
 
+class AdminCommand(ServiceErrors, click.Command):
+    pass
+
+
+class AdminGroup(ServiceErrors, click.Group):
+    command_class = AdminCommand
+
+
 def admin_command(name: str, bad_value: str | None = None, **kwargs):
     return click.command(name, cls=AdminCommand, bad_value=bad_value, **kwargs)
+
+
+def admin_group(name: str, **kwargs):
+    return click.group(name, cls=AdminGroup, **kwargs)
 
 
 def register(app: Flask) -> None:

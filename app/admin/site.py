@@ -1,11 +1,14 @@
-"""The site's Slurm settings: `flask site`."""
+"""The site's Slurm settings (`flask site`) and its catalog of hardware
+(`flask site gpu add|ls|rm`)."""
 from __future__ import annotations
 
 import click
 
-from app.admin import admin_command
-from app.services.site import TRANSPORTS, load_site, save_site, with_changes
-from slurm.jobspec import RUNTIMES
+from app.admin import admin_group
+from app.services.errors import Invalid
+from app.services.pricing import change_prices, current_prices, micros, usd_text
+from app.services.site import TRANSPORTS, load_site, save_site, with_changes, with_gpu_type
+from slurm.jobspec import RUNTIMES, GpuType
 
 
 def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
@@ -26,7 +29,7 @@ def _transport(kind: str | None, **ssh) -> dict | None:
     return None
 
 
-@admin_command("site")
+@admin_group("site", invoke_without_command=True)
 @click.option("--partition", "partitions", multiple=True, metavar="TYPE=PARTITION",
               help="The Slurm partition for a GPU type (or cpu). Repeatable.")
 @click.option("--gres", multiple=True, metavar="TYPE=GRES",
@@ -42,11 +45,14 @@ def _transport(kind: str | None, **ssh) -> dict | None:
 @click.option("--ssh-port", type=click.IntRange(1, 65535), default=22, show_default=True)
 @click.option("--ssh-known-hosts", metavar="PATH",
               help="known_hosts with the login node's key (else the system's): never trust on first use.")
-def site(partitions, gres, runtime, gpus_per_node, scratch_root, transport, ssh_host,
+@click.pass_context
+def site(ctx, partitions, gres, runtime, gpus_per_node, scratch_root, transport, ssh_host,
          ssh_user, ssh_key, ssh_port, ssh_known_hosts) -> None:
     """Show the site's Slurm settings, or change them. The server and the
     reconciler reread them on their next request or cycle; check the result
     with `flask doctor`."""
+    if ctx.invoked_subcommand is not None:
+        return
     current = load_site()
     changes = {key: value for key, value in (
         ("runtime", runtime), ("gpus_per_node", gpus_per_node),
@@ -59,12 +65,91 @@ def site(partitions, gres, runtime, gpus_per_node, scratch_root, transport, ssh_
         click.echo(f"saved {save_site(current)}", err=True)
     slurm = current.slurm
     click.echo(f"runtime        {slurm.runtime}")
-    click.echo(f"gpus per node  {slurm.gpus_per_node}")
+    per_node = {gpu.per_node for gpu in slurm.catalog.values() if not gpu.is_cpu}
+    click.echo(f"gpus per node  {per_node.pop() if len(per_node) == 1 else 'per type'}")
     click.echo(f"scratch        {slurm.scratch_root}")
     click.echo(f"Slurm on       {current.transport.describe()}")
-    click.echo("type   partition   gres")
-    for gpu, partition in slurm.partitions.items():
-        click.echo(f"{gpu:6s} {partition:11s} {slurm.gres_types.get(gpu, '-')}")
+    _catalog_table(slurm.catalog)
+
+
+def _catalog_table(catalog: dict[str, GpuType], prices: dict[str, int] | None = None) -> None:
+    click.echo("type   partition   gres           per node  each includes   node has"
+               + ("         price" if prices is not None else ""))
+    for name, gpu in catalog.items():
+        gres = "-" if gpu.is_cpu else (gpu.gres.partition(":")[2] or "gpu (untyped)")
+        if gpu.constraint:
+            gres += f" [{gpu.constraint}]"
+        line = (f"{name:6s} {gpu.partition:11s} {gres:14s} "
+                f"{'-' if gpu.is_cpu else gpu.per_node:>8}  "
+                f"{gpu.cores:>3} c {gpu.memory_gib:>4} GiB  {gpu.node_cores:>4} c {gpu.node_gib:>5} GiB")
+        if gpu.qos:
+            line += f"  qos {gpu.qos}"
+        if prices is not None:
+            line += f"  {'$' + usd_text(prices[name]) + '/h' if name in prices else 'no price'}"
+        click.echo(line.rstrip())
+
+
+@site.group("gpu", cls=type(site))
+def gpu() -> None:
+    """The catalog: each type of hardware the site sells."""
+
+
+@gpu.command("ls")
+def gpu_ls() -> None:
+    """List the catalog with each type's price."""
+    _catalog_table(load_site().slurm.catalog, current_prices().per_unit_hour)
+
+
+def _price(ctx, param, text: str) -> str:
+    """Checked before anything is saved: a bad price changes nothing."""
+    try:
+        micros(text.removeprefix("$"))
+    except Invalid as exc:
+        raise click.BadParameter(exc.message, ctx, param) from None
+    return text
+
+
+@gpu.command("add")
+@click.argument("name")
+@click.option("--partition", required=True, help="The Slurm partition its jobs go to.")
+@click.option("--gres", metavar="GRES",
+              help="gpu:TYPE (typed, as in gres.conf) or gpu (untyped); leave out for a cpu type.")
+@click.option("--per-node", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="GPUs on each node: more than this come in whole nodes.")
+@click.option("--price", required=True, metavar="USD", callback=_price,
+              help="Per GPU (or cpu unit) an hour.")
+@click.option("--cores", type=click.IntRange(1), default=1, show_default=True,
+              help="Cores one GPU includes.")
+@click.option("--memory", type=click.IntRange(1), default=8, show_default=True, metavar="GIB",
+              help="GiB one GPU includes.")
+@click.option("--node-cores", type=click.IntRange(1), default=64, show_default=True,
+              help="Cores a node has to give runs.")
+@click.option("--node-memory", type=click.IntRange(1), default=336, show_default=True,
+              metavar="GIB", help="GiB a node has to give runs.")
+@click.option("--constraint", metavar="FEATURE", help="A node feature jobs ask for (--constraint).")
+@click.option("--qos", metavar="QOS", help="The QoS its jobs ask for.")
+def gpu_add(name, partition, gres, per_node, price, cores, memory, node_cores, node_memory,
+            constraint, qos) -> None:
+    """Add a type to the catalog, or change one (every setting at once).
+    The site's first `add` turns the docs' table into a catalog of its own,
+    so the docs' types stay until removed."""
+    values = {"partition": partition, "gres": gres, "per_node": per_node, "cores": cores,
+              "memory": memory, "node_cores": node_cores, "node_memory": node_memory,
+              "constraint": constraint, "qos": qos}
+    current = with_gpu_type(load_site(), name, {k: v for k, v in values.items() if v is not None})
+    click.echo(f"saved {save_site(current)}", err=True)
+    change_prices({name: price})
+    _catalog_table(current.slurm.catalog, current_prices().per_unit_hour)
+
+
+@gpu.command("rm")
+@click.argument("name")
+def gpu_rm(name: str) -> None:
+    """Remove a type from the catalog: new runs cannot ask for it; runs that
+    did keep their rate and their records."""
+    current = with_gpu_type(load_site(), name, None)
+    click.echo(f"saved {save_site(current)}", err=True)
+    _catalog_table(current.slurm.catalog)
 
 
 commands = [site]

@@ -9,7 +9,7 @@ from flask import flash, g, redirect, render_template, request, url_for
 from app.dashboard import bp
 from app.dashboard.auth import login_required
 from app.models import RUN_STATUSES
-from app.services.catalog import GPU_TYPES
+from app.services.catalog import catalog
 from app.services.logs import log_window
 from app.services.run_text import format_duration, hardware, header_line, summary_line
 from app.services.runs import LIVE, find_run, page_of_runs, run_json, stop_run
@@ -36,7 +36,7 @@ def runs():
         "dashboard.runs", before=next_cursor, **{k: v for k, v in filters.items() if v})
     context = dict(runs=[(run, run_json(run), hardware(run)) for run in page],
                    next_url=next_url, filters=filters, statuses=RUN_STATUSES,
-                   gpus=GPU_TYPES, live=any(run.status in LIVE for run in page))
+                   gpus=list(catalog()), live=any(run.status in LIVE for run in page))
     # HTMX polling asks for the table alone.
     template = "_runs_table.html" if request.headers.get("HX-Request") else "runs.html"
     return render_template(template, **context)

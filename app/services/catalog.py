@@ -1,48 +1,36 @@
-"""The cluster's shape as users may ask for it: the GPU types the site
-sells, GPUs on each node, the cores and GiB a node has, and each type's
-price. The server validates runs against it, and serves it (GET
+"""The site's catalog as users may ask for it: each type it sells (its
+name, GPUs a node, what a GPU includes, what a node has to give runs, its
+price). The server validates runs against it and serves it (GET
 /api/v1/catalog) so that `div` validates against the same before it
 uploads anything."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from app.services.errors import Unavailable
 from app.services.pricing import current_prices, usd_text
 from app.services.slurm_access import slurm_site
-from slurm import jobspec
-
-GPU_TYPES = (*jobspec.GPU_TYPES, jobspec.CPU)
-# What one of the docs' nodes has: 64 cores and 336 GiB to give runs.
-MAX_CORES_PER_NODE, MAX_GIB_PER_NODE = 64, 336
+from slurm.jobspec import CPU, GpuType
 
 
-@dataclass(frozen=True)
-class ClusterShape:
-    gpu_types: tuple[str, ...]
-    gpus_per_node: int
-    max_cores_per_node: int
-    max_gib_per_node: int
-
-    def nodes_for(self, gpu: str, gpus: int) -> int:
-        return 1 if gpu == jobspec.CPU else -(-gpus // self.gpus_per_node)
+def catalog() -> dict[str, GpuType]:
+    return slurm_site().catalog
 
 
-def cluster_shape() -> ClusterShape:
-    return ClusterShape(GPU_TYPES, slurm_site().gpus_per_node, MAX_CORES_PER_NODE,
-                        MAX_GIB_PER_NODE)
+def gpu_type(name: str) -> GpuType:
+    """The catalog's type, or the docs' defaults for one it no longer has
+    (an old run's, shown or billed as it was sized)."""
+    return catalog().get(name) or GpuType(name, name, None if name == CPU else "gpu",
+                                          memory_gib=2 if name == CPU else 8)
 
 
 def catalog_json() -> dict:
-    """The shape, and the prices unless the price table is broken (runs are
-    refused then anyway, saying so): flags are checked against the shape."""
-    shape = cluster_shape()
+    """Every type, and its price unless the price table is broken (runs are
+    refused then anyway, saying so): flags are checked against the rest."""
     try:
-        prices = current_prices()
+        prices = current_prices().per_unit_hour
     except Unavailable:
-        prices = None
-    return {"gpu_types": list(shape.gpu_types), "gpus_per_node": shape.gpus_per_node,
-            "max_cores_per_node": shape.max_cores_per_node,
-            "max_gib_per_node": shape.max_gib_per_node,
-            "price_per_hour": prices and {gpu: usd_text(prices.per_unit_hour[gpu])
-                                          for gpu in shape.gpu_types}}
+        prices = {}
+    return {"gpu_types": [
+        {"name": gpu.name, "gpu": not gpu.is_cpu, "per_node": gpu.per_node, "cores": gpu.cores,
+         "memory_gib": gpu.memory_gib, "node_cores": gpu.node_cores, "node_gib": gpu.node_gib,
+         "price_per_hour": usd_text(prices[gpu.name]) if gpu.name in prices else None}
+        for gpu in catalog().values()]}

@@ -12,7 +12,7 @@ from app.services.errors import Unavailable
 from app.services.run_text import hardware, waiting_text
 from app.services.slurm_access import slurm_client
 from slurm.client import SlurmError
-from slurm.jobspec import GPU_TYPES, SlurmSite
+from slurm.jobspec import SlurmSite
 from slurm.records import NodeRecord
 
 QUEUED_SHOWN = 200
@@ -35,15 +35,19 @@ def cluster_nodes() -> list[NodeRecord]:
 
 
 def gpu_capacity(nodes: list[NodeRecord], site: SlurmSite) -> list[GpuCapacity]:
-    """Per GPU type of ours; the site maps our types to its GRES names."""
-    ours = {gres: gpu for gpu, gres in site.gres_types.items()}
-    capacity = {gpu: GpuCapacity(gpu) for gpu in GPU_TYPES}
+    """Per GPU type of the catalog: a node's typed GRES counts for the type
+    of that GRES name, its untyped GPUs for the type sold from a partition
+    it is in."""
+    capacity = {name: GpuCapacity(name) for name, gpu in site.catalog.items() if not gpu.is_cpu}
     for node in nodes:
-        for gres, count in node.gpus.items():
-            if gres not in ours:
+        for name in capacity:
+            gpu = site.catalog[name]
+            kind = gpu.gres.partition(":")[2]
+            if kind not in node.gpus or (not kind and gpu.partition not in node.partitions):
                 continue
-            row = capacity[ours[gres]]
-            used = min(count, node.gpus_used.get(gres, 0))
+            count = node.gpus[kind]
+            row = capacity[name]
+            used = min(count, node.gpus_used.get(kind, 0))
             row.total += count
             row.used += used
             if node.schedulable:

@@ -90,18 +90,20 @@ def _accounting(client: SlurmClient, _: dict) -> str:
 
 @_needs_slurm
 def _partitions(client: SlurmClient, _: dict) -> str:
-    site = load_site().slurm
-    missing = sorted(set(site.partitions.values()) - client.partitions())
+    catalog = load_site().slurm.catalog
+    partitions = {gpu.partition for gpu in catalog.values()}
+    missing = sorted(partitions - client.partitions())
     if missing:
         raise Problem(f"no partition named {', '.join(missing)}: map each GPU type to one "
-                      "Slurm has with `flask site --partition h100=<name>`")
+                      "Slurm has with `flask site --partition h100=<name>` (or `flask site gpu add`)")
     gres = {kind for node in client.nodes().values() for kind in node.gpus}
-    absent = sorted(gpu for gpu, name in site.gres_types.items() if name not in gres)
-    if len(absent) == len(site.gres_types):
+    gpus = {name: gpu.gres.partition(":")[2] for name, gpu in catalog.items() if not gpu.is_cpu}
+    absent = sorted(name for name, kind in gpus.items() if kind not in gres)
+    if gpus and len(absent) == len(gpus):
         raise Problem("no node has a GPU GRES that any GPU type maps to: "
                       "set them with `flask site --gres h100=<gres type>`")
     note = f"; no node has GPUs for {', '.join(absent)}" if absent else ""
-    return f"partitions {', '.join(sorted(set(site.partitions.values())))} exist{note}"
+    return f"partitions {', '.join(sorted(partitions))} exist{note}"
 
 
 @_needs_slurm
@@ -137,6 +139,10 @@ def _prices(_: dict) -> str:
         prices = current_prices()
     except ServiceError as exc:
         raise Problem(exc.message) from None
+    unpriced = [name for name in load_site().slurm.catalog if name not in prices.per_unit_hour]
+    if unpriced:
+        raise Problem(f"no price for {', '.join(unpriced)}: their runs are refused until "
+                      f"`flask prices --set {unpriced[0]}=USD`")
     path = current_app.config["DIV_PRICES_FILE"]
     source = path if os.path.exists(path) else "the docs' table (no price file)"
     return f"{len(prices.per_unit_hour)} GPU and CPU prices from {source}"

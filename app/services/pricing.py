@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 
 from flask import current_app
 
 from app.services.errors import Invalid, Unavailable
 from app.services.instance_files import replace_file
+from app.services.slurm_access import slurm_site
+from slurm.jobspec import GPU_NAME, GpuType
 
 MICROS = 1_000_000
 
@@ -25,20 +28,23 @@ def _default_prices() -> dict[str, int]:
 
 @dataclass(frozen=True)
 class PriceTable:
+    """A price per GPU (or cpu unit) hour for each type of the site's
+    catalog that has one, and the price of cores and GiB beyond what a
+    type includes."""
     per_unit_hour: dict[str, int] = field(default_factory=_default_prices)
     extra_core_hour: int = 150_000
     extra_gib_hour: int = 30_000
 
-    @staticmethod
-    def included_gib(gpu: str) -> int:
-        return 2 if gpu == "cpu" else 8
-
-    def rate(self, gpu: str, units: int, cores: int, memory_gib: int) -> int:
-        """Micro-dollars an hour. Each unit includes 1 core and 8 GiB (cpu:
-        2 GiB); asking for less than included costs the same as the default."""
-        extra_cores = max(0, cores - units)
-        extra_gib = max(0, memory_gib - units * self.included_gib(gpu))
-        return (units * self.per_unit_hour[gpu] + extra_cores * self.extra_core_hour
+    def rate(self, gpu: GpuType, units: int, cores: int, memory_gib: int) -> int:
+        """Micro-dollars an hour. Each unit includes the type's cores and GiB
+        (the docs': 1 core and 8 GiB, cpu 2 GiB); asking for less than
+        included costs the same as the default."""
+        if gpu.name not in self.per_unit_hour:
+            raise Unavailable(f"{gpu.name} has no price yet: an admin sets one with "
+                              f"`flask prices --set {gpu.name}=USD`")
+        extra_cores = max(0, cores - units * gpu.cores)
+        extra_gib = max(0, memory_gib - units * gpu.memory_gib)
+        return (units * self.per_unit_hour[gpu.name] + extra_cores * self.extra_core_hour
                 + extra_gib * self.extra_gib_hour)
 
 
@@ -59,7 +65,7 @@ def micros(text: str) -> int:
     return int(amount * MICROS)
 
 
-def load_prices(path: str) -> PriceTable:
+def load_prices(path: str, types: Iterable[str] | None = None) -> PriceTable:
     """The site's price file (TOML), or the docs' table when there is none:
 
         [per_gpu_hour]
@@ -68,9 +74,11 @@ def load_prices(path: str) -> PriceTable:
         core_hour = "0.15"
         gib_hour = "0.03"
 
-    Prices are strings, so no price is ever a float."""
+    Prices are strings, so no price is ever a float. With `types` (the
+    catalog's), the table holds those types' prices alone: a type the
+    catalog no longer has keeps its line in the file but sells nothing."""
     if not os.path.exists(path):
-        return PriceTable()
+        return _for_types(PriceTable(), types)
     with open(path, "rb") as f:
         try:
             data = tomllib.load(f)
@@ -79,18 +87,28 @@ def load_prices(path: str) -> PriceTable:
     default = PriceTable()
     per_unit = dict(default.per_unit_hour)
     for gpu, price in data.get("per_gpu_hour", {}).items():
-        if gpu not in per_unit:
-            raise Invalid(f"{path}: unknown GPU type {gpu!r}")
+        if not GPU_NAME.fullmatch(gpu):
+            raise Invalid(f"{path}: {gpu!r} is not a GPU type's name")
         per_unit[gpu] = micros(price)
     extra = data.get("extra", {})
-    return PriceTable(per_unit,
-                      micros(extra.get("core_hour", usd_text(default.extra_core_hour))),
-                      micros(extra.get("gib_hour", usd_text(default.extra_gib_hour))))
+    return _for_types(PriceTable(
+        per_unit, micros(extra.get("core_hour", usd_text(default.extra_core_hour))),
+        micros(extra.get("gib_hour", usd_text(default.extra_gib_hour)))), types)
 
 
-def with_prices(table: PriceTable, changes: dict[str, str]) -> PriceTable:
-    """`table` with some prices changed: a GPU type (or cpu), extra_core or
-    extra_gib, each to dollars as written ("4.80"). Invalid says which."""
+def _for_types(table: PriceTable, types: Iterable[str] | None) -> PriceTable:
+    if types is None:
+        return table
+    return replace(table, per_unit_hour={t: table.per_unit_hour[t] for t in types
+                                         if t in table.per_unit_hour})
+
+
+def with_prices(table: PriceTable, changes: dict[str, str],
+                types: Iterable[str] | None = None) -> PriceTable:
+    """`table` with some prices changed: a GPU type of `types` (the
+    catalog's; else one `table` prices), extra_core or extra_gib, each to
+    dollars as written ("4.80"). Invalid says which."""
+    types = list(table.per_unit_hour) if types is None else list(types)
     per_unit, core, gib = dict(table.per_unit_hour), table.extra_core_hour, table.extra_gib_hour
     for name, amount in changes.items():
         value = micros(amount.strip().removeprefix("$"))
@@ -98,11 +116,11 @@ def with_prices(table: PriceTable, changes: dict[str, str]) -> PriceTable:
             core = value
         elif name == "extra_gib":
             gib = value
-        elif name in per_unit:
+        elif name in types:
             per_unit[name] = value
         else:
-            raise Invalid(f"{name!r}: a GPU type ({', '.join(per_unit)}), extra_core or "
-                             "extra_gib")
+            raise Invalid(f"{name!r}: a GPU type ({', '.join(types)}), extra_core or "
+                          "extra_gib")
     return PriceTable(per_unit, core, gib)
 
 
@@ -116,7 +134,7 @@ def current_prices() -> PriceTable:
     """The site's price table (DIV_PRICES_FILE); a broken one is the site's
     trouble, not the request's."""
     try:
-        return load_prices(current_app.config["DIV_PRICES_FILE"])
+        return load_prices(current_app.config["DIV_PRICES_FILE"], slurm_site().catalog)
     except (Invalid, OSError) as exc:
         raise Unavailable(f"the site's price table is broken: {exc}") from None
 
@@ -124,7 +142,7 @@ def current_prices() -> PriceTable:
 def change_prices(changes: dict[str, str]) -> PriceTable:
     """The price table with `changes` (see with_prices), saved: new runs use
     it; a run keeps the rate it started with."""
-    table = with_prices(current_prices(), changes)
+    table = with_prices(current_prices(), changes, slurm_site().catalog)
     save_prices(current_app.config["DIV_PRICES_FILE"], table)
     return table
 

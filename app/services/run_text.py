@@ -3,8 +3,9 @@ hardware, the header line before its log and the last line after it."""
 from __future__ import annotations
 
 from app.models import Run
+from app.services.catalog import gpu_type
 from app.services.checks import summary as checks_summary
-from app.services.pricing import PriceTable, format_minutes, format_usd
+from app.services.pricing import format_minutes, format_usd
 from app.services.submissions import NOT_SUBMITTED
 from slurm.reasons import explain_pending
 
@@ -21,13 +22,14 @@ def format_duration(seconds: int | None) -> str:
 def hardware(run: Run) -> str:
     """H100, 8 x H100; cores and memory when above what is included (always,
     for a cpu run, where they are the hardware): H100, 8 cores, 64 GiB."""
-    if run.gpu_type == "cpu":
+    included = gpu_type(run.gpu_type)
+    if included.is_cpu:
         cores = "core" if run.cpus == 1 else "cores"
         return f"CPU, {run.cpus} {cores}, {run.memory_gib} GiB"
     text = run.gpu_type.upper() if run.gpus == 1 else f"{run.gpus} x {run.gpu_type.upper()}"
-    if run.cpus > run.gpus:
+    if run.cpus > run.gpus * included.cores:
         text += f", {run.cpus} cores"
-    if run.memory_gib > run.gpus * PriceTable.included_gib(run.gpu_type):
+    if run.memory_gib > run.gpus * included.memory_gib:
         text += f", {run.memory_gib} GiB"
     return text
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import selectinload
 
 from app.extensions import db
 from app.models import Org, Project, Run, User, iso_utc
-from app.services.catalog import ClusterShape, cluster_shape
+from app.services.catalog import catalog
 from app.services.checks import parse_check
 from app.services.code import stored_tree
 from app.services.errors import Conflict, Invalid, NotFound, Refused, Unavailable
@@ -34,7 +34,15 @@ from app.services.submissions import adopt_job, record_job, settle_without_job
 from app.services.usage import minutes_left
 from app.services.volumes import ensure_volume, org_dir, run_dir, trees_dir, volumes_in_command
 from slurm.client import SlurmError, SubmitNotReceived, SubmitRefused
-from slurm.jobspec import DEFAULT_IMAGE, IMAGE_REF, RUN_NAME, InvalidJobSpec, JobSpec, check_env_name
+from slurm.jobspec import (
+    DEFAULT_IMAGE,
+    IMAGE_REF,
+    RUN_NAME,
+    GpuType,
+    InvalidJobSpec,
+    JobSpec,
+    check_env_name,
+)
 from slurm.script import render_batch_script
 
 LIVE = ("queued", "running")
@@ -119,7 +127,7 @@ def _validate(req: RunRequest) -> None:
                       "1 to 63 characters")
     if not req.command.strip() or "\0" in req.command:
         raise Invalid("the run needs a command")
-    _validate_hardware(req, cluster_shape())
+    _validate_hardware(req, catalog())
     for key, value in req.env.items():
         try:
             check_env_name(key)
@@ -141,17 +149,18 @@ def _validate(req: RunRequest) -> None:
         raise Invalid(f"invalid code reference {req.code_ref!r}")
 
 
-def _validate_hardware(req: RunRequest, shape: ClusterShape) -> None:
-    if req.gpu not in shape.gpu_types:
-        raise Invalid(f"gpu must be one of {', '.join(shape.gpu_types)}")
-    per_node = shape.gpus_per_node
-    if req.gpus < 1 or (req.gpu != "cpu" and req.gpus > per_node and req.gpus % per_node):
+def _validate_hardware(req: RunRequest, types: dict[str, GpuType]) -> None:
+    gpu = types.get(req.gpu)
+    if gpu is None:
+        raise Invalid(f"gpu must be one of {', '.join(types)}")
+    per_node = gpu.per_node
+    if req.gpus < 1 or (not gpu.is_cpu and req.gpus > per_node and req.gpus % per_node):
         raise Invalid(f"gpus must be 1 to {per_node}, or whole nodes of {per_node}")
-    nodes = shape.nodes_for(req.gpu, req.gpus)
-    if req.cpus is not None and not 1 <= req.cpus <= shape.max_cores_per_node * nodes:
-        raise Invalid(f"cpu must be 1 to {shape.max_cores_per_node} cores a node")
-    if req.memory_gib is not None and not 1 <= req.memory_gib <= shape.max_gib_per_node * nodes:
-        raise Invalid(f"memory must be 1 to {shape.max_gib_per_node} GiB a node")
+    nodes = gpu.nodes_for(req.gpus)
+    if req.cpus is not None and not 1 <= req.cpus <= gpu.node_cores * nodes:
+        raise Invalid(f"cpu must be 1 to {gpu.node_cores} cores a node")
+    if req.memory_gib is not None and not 1 <= req.memory_gib <= gpu.node_gib * nodes:
+        raise Invalid(f"memory must be 1 to {gpu.node_gib} GiB a node")
 
 
 def _time_limit(org: Org, max_spend: int | None, rate: int) -> tuple[int | None, str | None]:
@@ -211,10 +220,10 @@ class Sizing:
 
 
 def size_run(org: Org, req: RunRequest) -> Sizing:
-    prices = current_prices()
-    cpus = req.cpus or req.gpus
-    memory = req.memory_gib or req.gpus * prices.included_gib(req.gpu)
-    rate = prices.rate(req.gpu, req.gpus, cpus, memory)
+    gpu = catalog()[req.gpu]
+    cpus = req.cpus or req.gpus * gpu.cores
+    memory = req.memory_gib or req.gpus * gpu.memory_gib
+    rate = current_prices().rate(gpu, req.gpus, cpus, memory)
     return Sizing(cpus, memory, rate, *_time_limit(org, req.max_spend_micros, rate))
 
 

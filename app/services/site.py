@@ -1,8 +1,12 @@
 """The site's Slurm settings, kept in instance/site.toml (DIV_SITE_FILE) and
-changed with `flask site`: what this cluster calls each GPU type's
-partition and GRES, the container runtime, node scratch, and how the server
-reaches Slurm (on this host, or a login node over SSH). Without the file,
-the dev cluster's names and the local transport.
+changed with `flask site`: the catalog of hardware the site sells (each
+type's partition, GRES, GPUs a node, what a GPU includes, QoS), the
+container runtime, node scratch, and how the server reaches Slurm (on this
+host, or a login node over SSH). Without the file, the docs' catalog and the
+local transport.
+
+A site that keeps the docs' five types only renames their partitions and
+GRES (and may set GPUs a node for all four GPU types):
 
     [slurm]
     runtime = "pyxis"
@@ -13,6 +17,23 @@ the dev cluster's names and the local transport.
     h100 = "gpu-h100"
     [gres]
     h100 = "nvidia_h100_80gb"
+
+A site with its own hardware lists every type it sells instead (`flask site
+gpu add`), and [partitions], [gres] and gpus_per_node then change nothing:
+
+    [gpu.a100]
+    partition = "gpu"
+    gres = "gpu:a100"          # or "gpu" (untyped): the partition or constraint says which
+    per_node = 4
+    cores = 8                  # what one GPU includes
+    memory = 64
+    node_cores = 32            # what a node has to give runs
+    node_memory = 240
+    qos = "normal"             # optional, and constraint = "feature"
+    [gpu.cpu]
+    partition = "batch"        # no gres: a cpu type
+    memory = 2
+
     [transport]
     kind = "ssh"
     host = "login1.cluster"
@@ -25,20 +46,37 @@ from __future__ import annotations
 import json
 import os
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from flask import current_app
 
 from app.services.errors import Invalid
 from app.services.instance_files import replace_file
-from slurm.jobspec import CPU, GPU_TYPES, STATE_PATH, InvalidJobSpec, SlurmSite
+from slurm.jobspec import (
+    CPU,
+    GPU_NAME,
+    GPU_TYPES,
+    GRES,
+    STATE_PATH,
+    GpuType,
+    InvalidJobSpec,
+    SlurmSite,
+    default_catalog,
+)
 from slurm.transport import LocalTransport, SSHTransport
 
 TRANSPORTS = ("local", "ssh")
 # Partition and GRES names go into #SBATCH lines: plain names only.
 SLURM_NAME = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
-SLURM_KEYS = ("runtime", "gpus_per_node", "scratch_root", "bind_paths")
+# [slurm] settings: SlurmSite's own, and the docs' types' GPUs a node.
+RUNTIME_KEYS = ("runtime", "scratch_root", "bind_paths")
+SLURM_KEYS = (*RUNTIME_KEYS, "gpus_per_node")
+DEFAULT_PER_NODE = 8
 SSH_KEYS = ("host", "user", "key_path", "port", "known_hosts")
+# A [gpu.NAME] table's keys, as GpuType's fields.
+GPU_KEYS = {"partition": "partition", "gres": "gres", "per_node": "per_node",
+            "constraint": "constraint", "qos": "qos", "cores": "cores", "memory": "memory_gib",
+            "node_cores": "node_cores", "node_memory": "node_gib"}
 
 
 class SiteConfigError(Invalid):
@@ -81,15 +119,14 @@ def _plain_name(value: object, what: str) -> str:
     return value
 
 
-def _names(table: object, default: dict[str, str], types: tuple[str, ...],
-           what: str) -> dict[str, str]:
+def _names(table: object, types: tuple[str, ...], what: str) -> dict[str, str]:
     if not isinstance(table, dict):
         raise SiteConfigError(f"[{what}] must be a table")
     unknown = set(table) - set(types)
     if unknown:
         raise SiteConfigError(f"[{what}]: unknown GPU type {sorted(unknown)[0]!r} "
                               f"(known: {', '.join(types)})")
-    return {**default, **{k: _plain_name(v, f"[{what}] {k}") for k, v in table.items()}}
+    return {k: _plain_name(v, f"[{what}] {k}") for k, v in table.items()}
 
 
 def parse_site(data: dict) -> Site:
@@ -105,19 +142,53 @@ def parse_site(data: dict) -> Site:
     scratch = slurm.get("scratch_root", default.scratch_root)
     if not isinstance(scratch, str) or not STATE_PATH.fullmatch(scratch):
         raise SiteConfigError(f"[slurm] scratch_root: {scratch!r} is not an absolute path")
-    per_node = slurm.get("gpus_per_node", default.gpus_per_node)
+    per_node = slurm.get("gpus_per_node", DEFAULT_PER_NODE)
     if not isinstance(per_node, int) or not 1 <= per_node <= 64:
         raise SiteConfigError("[slurm] gpus_per_node: a whole number from 1 to 64")
+    if "gpu" in data:
+        catalog = _catalog(data["gpu"])
+    else:
+        catalog = default_catalog(
+            per_node, _names(data.get("partitions", {}), (*GPU_TYPES, CPU), "partitions"),
+            _names(data.get("gres", {}), GPU_TYPES, "gres"))
     try:
-        site = SlurmSite(
-            partitions=_names(data.get("partitions", {}), default.partitions,
-                              (*GPU_TYPES, CPU), "partitions"),
-            gres_types=_names(data.get("gres", {}), default.gres_types, GPU_TYPES, "gres"),
-            gpus_per_node=per_node, runtime=slurm.get("runtime", default.runtime),
-            scratch_root=scratch, bind_paths=tuple(bind_paths))
+        site = SlurmSite(catalog=catalog, runtime=slurm.get("runtime", default.runtime),
+                         scratch_root=scratch, bind_paths=tuple(bind_paths))
     except InvalidJobSpec as exc:
         raise SiteConfigError(f"[slurm] {exc}") from None
     return Site(site, _transport(transport))
+
+
+def _catalog(table: object) -> dict[str, GpuType]:
+    if not isinstance(table, dict) or not table:
+        raise SiteConfigError("[gpu]: at least one [gpu.NAME] table")
+    catalog = {}
+    for name, values in table.items():
+        if not GPU_NAME.fullmatch(name):
+            raise SiteConfigError(f"[gpu.{name}]: a name is lowercase letters, digits, - and _")
+        if not isinstance(values, dict):
+            raise SiteConfigError(f"[gpu.{name}] must be a table")
+        catalog[name] = _gpu_type(name, values)
+    return catalog
+
+
+def _gpu_type(name: str, values: dict) -> GpuType:
+    what = f"[gpu.{name}]"
+    unknown = set(values) - set(GPU_KEYS)
+    if unknown:
+        raise SiteConfigError(f"{what}: unknown setting {sorted(unknown)[0]!r} "
+                              f"(known: {', '.join(GPU_KEYS)})")
+    if "partition" not in values:
+        raise SiteConfigError(f"{what}: partition is required")
+    for key in ("partition", "constraint", "qos"):
+        if key in values:
+            _plain_name(values[key], f"{what} {key}")
+    if "gres" in values and not (isinstance(values["gres"], str) and GRES.fullmatch(values["gres"])):
+        raise SiteConfigError(f"{what} gres: {values['gres']!r} is not gpu or gpu:TYPE")
+    try:
+        return GpuType(name, **{GPU_KEYS[key]: value for key, value in values.items()})
+    except InvalidJobSpec as exc:
+        raise SiteConfigError(f"{what} {exc}") from None
 
 
 def _transport(table: dict) -> Transport:
@@ -168,18 +239,42 @@ def _toml(value) -> str:
 
 def site_data(site: Site) -> dict:
     """The settings as the site file holds them: what differs from the
-    defaults, table by table."""
+    defaults, table by table; the catalog as renamed docs' types when it is
+    one, else every type in a [gpu.NAME] table."""
     default, slurm, transport = SlurmSite(), site.slurm, site.transport
-    return {
-        "slurm": {key: list(value) if isinstance(value, tuple) else value
-                  for key in SLURM_KEYS
-                  if (value := getattr(slurm, key)) != getattr(default, key)},
-        "partitions": {k: v for k, v in slurm.partitions.items() if default.partitions.get(k) != v},
-        "gres": {k: v for k, v in slurm.gres_types.items() if default.gres_types.get(k) != v},
-        "transport": {f.name: value for f in fields(Transport)
-                      if (value := getattr(transport, f.name)) is not None
-                      and (transport.kind == "ssh" or f.name == "kind")},
-    }
+    data = {"slurm": {key: list(value) if isinstance(value, tuple) else value
+                      for key in RUNTIME_KEYS
+                      if (value := getattr(slurm, key)) != getattr(default, key)}}
+    renamed = _as_renamed_docs(slurm.catalog)
+    if renamed is None:
+        data["gpu"] = {name: _gpu_values(gpu) for name, gpu in slurm.catalog.items()}
+    else:
+        per_node, data["partitions"], data["gres"] = renamed
+        if per_node != DEFAULT_PER_NODE:
+            data["slurm"]["gpus_per_node"] = per_node
+    data["transport"] = {f.name: value for f in fields(Transport)
+                         if (value := getattr(transport, f.name)) is not None
+                         and (transport.kind == "ssh" or f.name == "kind")}
+    return data
+
+
+def _as_renamed_docs(catalog: dict[str, GpuType]) -> tuple[int, dict, dict] | None:
+    """(GPUs a node, partitions, GRES names) when `catalog` is the docs' with
+    names changed; None when it is a catalog of the site's own."""
+    if list(catalog) != [*GPU_TYPES, CPU] or any(catalog[t].gres == "gpu" for t in GPU_TYPES):
+        return None
+    per_node = catalog[GPU_TYPES[0]].per_node
+    partitions = {n: gpu.partition for n, gpu in catalog.items() if gpu.partition != n}
+    gres = {n: catalog[n].gres.split(":", 1)[1] for n in GPU_TYPES
+            if catalog[n].gres != f"gpu:{n}"}
+    if default_catalog(per_node, partitions, gres) != catalog:
+        return None
+    return per_node, partitions, gres
+
+
+def _gpu_values(gpu: GpuType) -> dict:
+    return {key: value for key, name in GPU_KEYS.items()
+            if (value := getattr(gpu, name)) is not None}
 
 
 def save_site(site: Site) -> str:
@@ -187,6 +282,11 @@ def save_site(site: Site) -> str:
     lines = ["# divergent's site settings (flask site). The server and the reconciler",
              "# reread this file when it changes."]
     for table, values in site_data(site).items():
+        if table == "gpu":      # names are GPU_NAME: bare TOML keys
+            for name, gpu in values.items():
+                lines.append(f"[gpu.{name}]")
+                lines += [f"{key} = {_toml(value)}" for key, value in gpu.items()]
+            continue
         lines.append(f"[{table}]")
         lines += [f"{key} = {_toml(value)}" for key, value in values.items()]
     path = site_file()
@@ -195,13 +295,46 @@ def save_site(site: Site) -> str:
 
 
 def with_changes(site: Site, slurm: dict, transport: dict | None) -> Site:
-    """`site` with some settings changed, checked as a file would be."""
-    data = site_data(site)
-    for key, value in slurm.items():
-        if key in ("partitions", "gres"):
-            data[key].update(value)
-        else:
-            data["slurm"][key] = value
+    """`site` with some settings changed (`flask site`'s: partitions and GRES
+    names of catalog types, GPUs a node for every GPU type, the runtime...),
+    checked as a file would be."""
+    changes = dict(slurm)
+    catalog = _renamed(site.slurm.catalog, changes.pop("partitions", {}),
+                       changes.pop("gres", {}), changes.pop("gpus_per_node", None))
+    data = site_data(Site(replace(site.slurm, catalog=catalog), site.transport))
+    data["slurm"].update(changes)
     if transport is not None:
         data["transport"] = transport
+    return parse_site(data)
+
+
+def _renamed(catalog: dict[str, GpuType], partitions: dict[str, str], gres: dict[str, str],
+             per_node: int | None) -> dict[str, GpuType]:
+    renamed = dict(catalog)
+    for what, names in (("partitions", partitions), ("gres", gres)):
+        for name, value in names.items():
+            if name not in renamed or (what == "gres" and renamed[name].is_cpu):
+                raise SiteConfigError(f"[{what}]: unknown GPU type {name!r} "
+                                      f"(known: {', '.join(catalog)})")
+            _plain_name(value, f"[{what}] {name}")
+            change = {"partition": value} if what == "partitions" else {"gres": f"gpu:{value}"}
+            renamed[name] = replace(renamed[name], **change)
+    if per_node is not None:
+        renamed = {n: gpu if gpu.is_cpu else replace(gpu, per_node=per_node)
+                   for n, gpu in renamed.items()}
+    return renamed
+
+
+def with_gpu_type(site: Site, name: str, values: dict | None) -> Site:
+    """`site` with the catalog's type `name` set to `values` (a [gpu.NAME]
+    table), or removed when `values` is None."""
+    data = site_data(site)
+    for key in ("partitions", "gres"):
+        data.pop(key, None)
+    data["slurm"].pop("gpus_per_node", None)
+    data["gpu"] = {n: _gpu_values(gpu) for n, gpu in site.slurm.catalog.items()}
+    if values is not None:
+        data["gpu"][name] = values
+    elif data["gpu"].pop(name, None) is None:
+        raise SiteConfigError(f"the catalog has no {name!r} (it has {', '.join(data['gpu'])})")
     return parse_site(data)
