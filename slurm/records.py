@@ -132,7 +132,8 @@ def run_status(record: JobRecord, stopped_for: str | None = None) -> str:
 
 # sinfo -N -O: one line per node and partition. GresUsed goes last: its
 # index lists hold commas.
-SINFO_FIELDS = "NodeHost:0|,StateCompact:0|,CPUsState:0|,Partition:0|,Gres:0|,GresUsed:0"
+SINFO_FIELDS = ("NodeHost:0|,StateCompact:0|,CPUsState:0|,Memory:0|,Partition:0|,Gres:0|,"
+                "GresUsed:0")
 # "gpu:h100:8(S:0-1)", "gpu:h100:3(IDX:0-1,3)", or untyped "gpu:8".
 _GRES = re.compile(r"([^:,()]+)(?::([^:,()]+))?:(\d+)(?:\([^)]*\))?")
 # Node states in which a free GPU can be given to a job.
@@ -148,6 +149,7 @@ class NodeRecord:
     partitions: list[str]
     gpus: dict[str, int]        # GRES type -> count ("" for an untyped gpu GRES)
     gpus_used: dict[str, int]
+    memory_mib: int = 0         # RealMemory
 
     @property
     def schedulable(self) -> bool:
@@ -170,12 +172,13 @@ def parse_sinfo_nodes(output: str) -> dict[str, NodeRecord]:
     for line in output.splitlines():
         if not line:
             continue
-        name, state, cpus, partition, gres, gres_used = line.split("|", 5)
+        name, state, cpus, memory, partition, gres, gres_used = line.split("|", 6)
         partition = partition.rstrip("*")        # "*" marks the default partition
         if name in nodes:
             nodes[name].partitions.append(partition)
             continue
         allocated, _idle, _other, total = (int(n) for n in cpus.split("/"))
         nodes[name] = NodeRecord(name, state, allocated, total, [partition],
-                                 parse_gres(gres), parse_gres(gres_used))
+                                 parse_gres(gres), parse_gres(gres_used),
+                                 int(memory) if memory.isdigit() else 0)
     return nodes

@@ -75,11 +75,11 @@ def test_states_map_as_the_design_says():
 
 
 SINFO = (
-    "gpu1|mix|12/52/0/64|h100*|gpu:h100:8(S:0-1)|gpu:h100:3(IDX:0-1,5)\n"
-    "gpu1|mix|12/52/0/64|debug|gpu:h100:8(S:0-1)|gpu:h100:3(IDX:0-1,5)\n"
-    "gpu2|down*|0/0/64/64|h100*|gpu:h100:8|gpu:h100:0(IDX:N/A)\n"
-    "gpu3|idle~|0/64/0/64|l40s|gpu:l40s:4,gpu:8|gpu:l40s:0(IDX:N/A),gpu:0\n"
-    "cpu1|drain|0/0/32/32|cpu|(null)|gpu:0\n"
+    "gpu1|mix|12/52/0/64|344064|h100*|gpu:h100:8(S:0-1)|gpu:h100:3(IDX:0-1,5)\n"
+    "gpu1|mix|12/52/0/64|344064|debug|gpu:h100:8(S:0-1)|gpu:h100:3(IDX:0-1,5)\n"
+    "gpu2|down*|0/0/64/64|344064|h100*|gpu:h100:8|gpu:h100:0(IDX:N/A)\n"
+    "gpu3|idle~|0/64/0/64|262144|l40s|gpu:l40s:4,gpu:8|gpu:l40s:0(IDX:N/A),gpu:0\n"
+    "cpu1|drain|0/0/32/32|131072|cpu|(null)|gpu:0\n"
 )
 
 
@@ -92,6 +92,7 @@ def test_sinfo_lines_become_one_record_per_node():
     assert (gpu1.gpus, gpu1.gpus_used) == ({"h100": 8}, {"h100": 3})   # commas inside IDX
     assert nodes["gpu3"].gpus == {"l40s": 4, "": 8}
     assert nodes["cpu1"].gpus == {}
+    assert nodes["cpu1"].memory_mib == 131072
     assert [n.schedulable for n in nodes.values()] == [True, False, True, False]
 
 

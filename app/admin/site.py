@@ -5,9 +5,18 @@ from __future__ import annotations
 import click
 
 from app.admin import admin_group
+from app.services.catalog_from_slurm import propose
+from app.services.cluster import cluster_nodes
 from app.services.errors import Invalid
-from app.services.pricing import change_prices, current_prices, micros, usd_text
-from app.services.site import TRANSPORTS, load_site, save_site, with_changes, with_gpu_type
+from app.services.pricing import PriceTable, change_prices, current_prices, micros, usd_text
+from app.services.site import (
+    TRANSPORTS,
+    load_site,
+    save_site,
+    with_catalog,
+    with_changes,
+    with_gpu_type,
+)
 from slurm.jobspec import RUNTIMES, GpuType
 
 
@@ -140,6 +149,33 @@ def gpu_add(name, partition, gres, per_node, price, cores, memory, node_cores, n
     click.echo(f"saved {save_site(current)}", err=True)
     change_prices({name: price})
     _catalog_table(current.slurm.catalog, current_prices().per_unit_hour)
+
+
+@site.command("init")
+@click.option("--from-slurm", is_flag=True, required=True,
+              help="Propose the catalog from the cluster's nodes, partitions and GRES.")
+@click.option("--save", is_flag=True, help="Make the proposal the site's catalog.")
+def init(from_slurm: bool, save: bool) -> None:
+    """Propose a catalog from what Slurm has (sinfo): one type per typed GPU
+    GRES, one per partition of untyped GPUs, and cpu. Read it, --save it,
+    then price what has no price and change what differs with `flask site
+    gpu add`."""
+    proposed = propose(cluster_nodes())
+    if not proposed:
+        raise click.ClickException("Slurm shows no nodes to propose a catalog from")
+    current = load_site()
+    if save:
+        current = with_catalog(current, proposed)
+        click.echo(f"saved {save_site(current)}", err=True)
+    prices = current_prices().per_unit_hour if save else {
+        name: price for name, price in PriceTable().per_unit_hour.items() if name in proposed}
+    _catalog_table(proposed, prices)
+    unpriced = [name for name in proposed if name not in prices]
+    if unpriced:
+        click.echo(f"no price yet for {', '.join(unpriced)}: "
+                   f"`flask prices --set {unpriced[0]}=USD`", err=True)
+    if not save:
+        click.echo("a proposal only: --save makes it the site's catalog", err=True)
 
 
 @gpu.command("rm")

@@ -325,16 +325,26 @@ def _renamed(catalog: dict[str, GpuType], partitions: dict[str, str], gres: dict
     return renamed
 
 
-def with_gpu_type(site: Site, name: str, values: dict | None) -> Site:
-    """`site` with the catalog's type `name` set to `values` (a [gpu.NAME]
-    table), or removed when `values` is None."""
+def with_catalog(site: Site, catalog: dict[str, GpuType]) -> Site:
+    """`site` selling `catalog` and nothing else."""
+    return _with_gpu_tables(site, {n: _gpu_values(gpu) for n, gpu in catalog.items()})
+
+
+def _with_gpu_tables(site: Site, tables: dict[str, dict]) -> Site:
     data = site_data(site)
     for key in ("partitions", "gres"):
         data.pop(key, None)
     data["slurm"].pop("gpus_per_node", None)
-    data["gpu"] = {n: _gpu_values(gpu) for n, gpu in site.slurm.catalog.items()}
-    if values is not None:
-        data["gpu"][name] = values
-    elif data["gpu"].pop(name, None) is None:
-        raise SiteConfigError(f"the catalog has no {name!r} (it has {', '.join(data['gpu'])})")
+    data["gpu"] = tables
     return parse_site(data)
+
+
+def with_gpu_type(site: Site, name: str, values: dict | None) -> Site:
+    """`site` with the catalog's type `name` set to `values` (a [gpu.NAME]
+    table), or removed when `values` is None."""
+    tables = {n: _gpu_values(gpu) for n, gpu in site.slurm.catalog.items()}
+    if values is not None:
+        tables[name] = values
+    elif tables.pop(name, None) is None:
+        raise SiteConfigError(f"the catalog has no {name!r} (it has {', '.join(tables)})")
+    return _with_gpu_tables(site, tables)
