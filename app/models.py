@@ -52,6 +52,8 @@ class Org(db.Model):
     # Per calendar month; None means no limit.
     monthly_limit_micros: Mapped[int | None] = mapped_column(sa.BigInteger)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Offboarded (flask remove-org): its users removed, its records kept.
+    removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     users = relationship("User", back_populates="org")
 
@@ -67,6 +69,9 @@ class User(db.Model):
     # A dashboard session carries the epoch it began in; signing out or a
     # new password moves it on, so every earlier session cookie stops working.
     session_epoch: Mapped[int] = mapped_column(default=0, server_default="0")
+    # Offboarded (flask remove-user): no key, password or session works; the
+    # runs they started stay theirs.
+    removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     org = relationship("Org", back_populates="users")
     api_keys = relationship("ApiKey", back_populates="user")
@@ -85,6 +90,7 @@ class ApiKey(db.Model):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     user = relationship("User", back_populates="api_keys")
 

@@ -2,6 +2,8 @@
 to, and that user's API keys."""
 from __future__ import annotations
 
+import time
+
 import click
 
 from cli.context import pass_api
@@ -26,10 +28,12 @@ def keys() -> None:
 
 @keys.command("create")
 @click.option("--name", default="", metavar="NAME", help="A label, such as the machine's name.")
+@click.option("--expires-in", "days", type=click.IntRange(1, 3650), metavar="DAYS",
+              help="The key stops working by itself after this many days.")
 @pass_api
-def keys_create(api, name: str) -> None:
+def keys_create(api, name: str, days: int | None) -> None:
     """Create a key. It is printed this once: keep it."""
-    made = api.post("/keys", {"name": name})
+    made = api.post("/keys", {"name": name, **({"expires_in_days": days} if days else {})})
     click.echo(made["key"])
     click.echo(f"key {made['prefix']}_… created; it is shown only now. "
                f"Use it with: div login --token <key>", err=True)
@@ -47,8 +51,17 @@ def keys_ls(api, whole_org: bool, as_json: bool) -> None:
     table(["KEY", "USER", "NAME", "CREATED", "LAST USED", "STATE"],
           [[f"{row['prefix']}_…", row["user"], row["name"] or "-", started(row["created_at"]),
             started(row["last_used_at"]) if row["last_used_at"] else "never",
-            "revoked" if row["revoked_at"] else "in use here" if row["current"] else "active"]
-           for row in rows])
+            _state(row)] for row in rows])
+
+
+def _state(row: dict) -> str:
+    if row["revoked_at"]:
+        return "revoked"
+    expires = row.get("expires_at")
+    if expires and expires <= time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()):
+        return "expired"
+    state = "in use here" if row["current"] else "active"
+    return f"{state}, expires {started(expires)}" if expires else state
 
 
 @keys.command("revoke")

@@ -395,3 +395,22 @@ def test_no_metrics_line_request_or_volume_shape_takes_the_service_down(stack, p
     deep = stack.api("GET", "/volumes/many-folders/ls?path=" + "d/" * 1500)   # 1,500 deep
     assert deep.status_code == 404 and deep.json()["error"]           # walked, not recursed
     assert stack.div("storage", "rm", "many-folders", "--yes", cwd=project).returncode == 0
+
+
+def test_a_link_a_run_left_in_a_volume_is_removed_by_a_purge_never_followed(app, runner,
+                                                                           tmp_path):
+    """A run may leave anything in its org's volumes; purging the removed
+    org's volumes must delete the link, not what it points at."""
+    from app.services.orgs import get_or_create_org
+    from app.services.volumes import ensure_volume
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("another org's, or the host's")
+    with app.app_context():
+        volume = Path(ensure_volume(get_or_create_org("victim-owner"), "data"))
+    (volume / "escape").symlink_to(outside)
+    (volume / "file-link").symlink_to(outside / "keep.txt")
+    done = runner.invoke(args=["remove-org", "victim-owner", "--purge", "--yes"])
+    assert done.exit_code == 0, done.output
+    assert not volume.exists()
+    assert (outside / "keep.txt").read_text() == "another org's, or the host's"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from app.admin import admin_command
-from app.services.keys import create_key
+from app.services.keys import MAX_KEY_DAYS, create_key
 from app.services.orgs import find_user
 from app.services.secrets import rotate
 
@@ -13,9 +13,11 @@ from app.services.secrets import rotate
 @admin_command("create-key")
 @click.argument("username")
 @click.option("--name", default="", help="A label for the key.")
-def create_key_command(username: str, name: str) -> None:
+@click.option("--expires-in", "days", type=click.IntRange(1, MAX_KEY_DAYS), metavar="DAYS",
+              help="The key stops working by itself after this many days.")
+def create_key_command(username: str, name: str, days: int | None) -> None:
     """Create an API key for a user and print it (the only time it is shown)."""
-    click.echo(create_key(find_user(username), name=name))
+    click.echo(create_key(find_user(username), name=name, expires_in_days=days))
 
 
 @admin_command("rotate-secrets")

@@ -6,6 +6,7 @@ import click
 
 from app.admin import admin_command
 from app.models import ROLES
+from app.services.offboarding import purge_volumes, remove_org, remove_user
 from app.services.orgs import add_user, find_org, find_user, get_or_create_org, org_summaries, users_by_org
 from app.services.passwords import set_password
 from app.services.pricing import format_usd, limit_text
@@ -55,8 +56,41 @@ def users(org_name: str | None) -> None:
     """List users: org, role, and whether they have a dashboard password."""
     click.echo(f"{'USER':24s} {'ORG':20s} {'ROLE':10s} PASSWORD")
     for user, org in users_by_org(org_name):
-        click.echo(f"{user.username:24s} {org:20s} {user.role:10s} "
-                   f"{'set' if user.password_hash else '-'}")
+        state = "removed" if user.removed_at else "set" if user.password_hash else "-"
+        click.echo(f"{user.username:24s} {org:20s} {user.role:10s} {state}")
 
 
-commands = [create_org, create_user, set_password_command, orgs, users]
+@admin_command("remove-user")
+@click.argument("username")
+def remove_user_command(username: str) -> None:
+    """Remove a user: their keys are revoked and their password and sessions
+    end at once; the runs they started stay in the org's records and bills."""
+    revoked = remove_user(find_user(username))
+    click.echo(f"{username} removed; {revoked} key{'' if revoked == 1 else 's'} revoked")
+
+
+@admin_command("remove-org")
+@click.argument("name")
+@click.option("--purge", is_flag=True,
+              help="Also delete its volumes and code from the share (asks first).")
+@click.option("--yes", is_flag=True, help="Do not ask before purging.")
+def remove_org_command(name: str, purge: bool, yes: bool) -> None:
+    """Remove an org (refused while it has live runs): every user removed,
+    its runs and bills kept, its volumes kept on the share until --purge."""
+    org = find_org(name)
+    users = remove_org(org)
+    click.echo(f"{name} removed with its {users} user{'' if users == 1 else 's'}; "
+               "its runs and bills are kept")
+    if not purge:
+        click.echo("its volumes stay on the share: `flask remove-org NAME --purge` deletes them",
+                   err=True)
+        return
+    if not yes:
+        click.confirm(f"delete every volume of {name} from the share? This cannot be undone",
+                      abort=True)
+    purge_volumes(org)
+    click.echo(f"{name}'s volumes and code deleted from the share")
+
+
+commands = [create_org, create_user, set_password_command, orgs, users, remove_user_command,
+            remove_org_command]

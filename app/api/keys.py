@@ -21,6 +21,7 @@ def keys_list():
                           "created_at": iso_utc(key.created_at),
                           "last_used_at": iso_utc(key.last_used_at),
                           "revoked_at": iso_utc(key.revoked_at),
+                          "expires_at": iso_utc(key.expires_at),
                           "current": key.id == g.api_key.id}
                          for key in keys_of(g.user, whole_org)])
 
@@ -28,7 +29,8 @@ def keys_list():
 @bp.post("/keys")
 @token_required
 def keys_create():
-    key = create_key(g.user, name=(request.get_json(silent=True) or {}).get("name", ""))
+    body = request.get_json(silent=True) or {}
+    key = create_key(g.user, name=body.get("name", ""), expires_in_days=body.get("expires_in_days"))
     return jsonify(key=key, prefix=key_prefix(key)), 201
 
 

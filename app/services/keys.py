@@ -24,13 +24,25 @@ def _hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def create_key(user: User, name: str = "") -> str:
-    """Creates a key for `user` and returns it: the only time it is seen."""
+MAX_KEY_DAYS = 3650
+
+
+def create_key(user: User, name: str = "", expires_in_days: int | None = None) -> str:
+    """Creates a key for `user` and returns it: the only time it is seen.
+    With `expires_in_days`, it stops working by itself then."""
     if not isinstance(name, str) or len(name) > 64:
         raise Invalid("a key's name is a string of at most 64 characters")
+    if expires_in_days is not None and (not isinstance(expires_in_days, int)
+                                        or isinstance(expires_in_days, bool)
+                                        or not 1 <= expires_in_days <= MAX_KEY_DAYS):
+        raise Invalid(f"a key expires in 1 to {MAX_KEY_DAYS} days")
+    if user.removed_at is not None:
+        raise Invalid(f"{user.username} was removed: no new keys")
     key_id = secrets.token_hex(6)
     key = f"{PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
-    db.session.add(ApiKey(user=user, prefix=f"{PREFIX}{key_id}", key_hash=_hash(key), name=name))
+    expires = None if expires_in_days is None else utcnow() + timedelta(days=expires_in_days)
+    db.session.add(ApiKey(user=user, prefix=f"{PREFIX}{key_id}", key_hash=_hash(key), name=name,
+                          expires_at=expires))
     db.session.commit()
     return key
 
@@ -54,6 +66,8 @@ def api_key_for(key: str) -> ApiKey | None:
     if row is None or row.revoked_at is not None or not hmac.compare_digest(row.key_hash, _hash(key)):
         return None
     now = utcnow()
+    if (row.expires_at is not None and row.expires_at <= now) or row.user.removed_at is not None:
+        return None
     # A write a minute at most: every request otherwise writes, and on
     # SQLite each write waits for the one before.
     if row.last_used_at is None or now - row.last_used_at >= LAST_USED_PRECISION:

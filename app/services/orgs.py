@@ -30,6 +30,8 @@ def get_or_create_org(name: str) -> Org:
         org = Org(name=name, slurm_account=name)
         db.session.add(org)
         db.session.commit()
+    elif org.removed_at is not None:
+        raise Invalid(f"{name} was removed; its records keep the name")
     return org
 
 
@@ -45,7 +47,11 @@ def add_user(org: Org, username: str, role: str = "member") -> User:
     command line or the Orgs page."""
     if role not in ROLES:
         raise Invalid(f"role must be one of {', '.join(ROLES)}")
+    if org.removed_at is not None:
+        raise Invalid(f"{org.name} was removed")
     user = get_or_create_user(org, username, role=role)
+    if user.removed_at is not None:
+        raise Invalid(f"{username!r} was removed; pick another username")
     if user.org_id != org.id:
         raise Invalid(f"{username!r} belongs to another org")
     return user

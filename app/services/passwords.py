@@ -10,6 +10,8 @@ from app.services.orgs import user_named
 
 
 def set_password(user: User, password: str) -> None:
+    if user.removed_at is not None:
+        raise Invalid(f"{user.username} was removed")
     if len(password) < 12:
         raise Invalid("a password needs at least 12 characters")
     user.password_hash = generate_password_hash(password, method="scrypt")
@@ -21,7 +23,9 @@ def user_for_session(user_id: object, epoch: object) -> User | None:
     """The user a dashboard session names, while no sign-out or new
     password has ended its sessions since it began."""
     user = db.session.get(User, user_id) if isinstance(user_id, int) else None
-    return user if user is not None and epoch == user.session_epoch else None
+    if user is None or user.removed_at is not None or epoch != user.session_epoch:
+        return None
+    return user
 
 
 def end_sessions(user: User) -> None:
