@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FLASK_APP := wsgi.py
 
-.PHONY: up test test-fast lint down cluster postgres test-tools
+.PHONY: up install test test-fast lint down cluster postgres test-tools
 
 # The server, the reconciler and their admin commands run as the service
 # user (scripts/services); the key file for the developer is copied out.
@@ -18,6 +18,11 @@ up: $(VENV)/.installed cluster
 	scripts/services exec $(BIN)/flask dev-bootstrap --env-file instance/dev.env
 	install -m 600 instance/dev.env .div-dev.env
 	@echo "copied to .div-dev.env (mode 0600): set -a; . ./.div-dev.env; set +a"
+
+# A login node's install (README "Installing on a login node"): the venv and
+# the package, no dev cluster; the units in deploy/ run it.
+install: $(VENV)/.installed
+	@echo "installed in $(CURDIR)/$(VENV); next: deploy/ (systemd units, nginx site, env file)"
 
 test: lint cluster postgres test-tools
 	$(BIN)/pytest
@@ -41,10 +46,17 @@ postgres:
 	scripts/postgres-up
 
 # The SSH transport's tests start a real sshd; the dashboard's, Debian's
-# Chromium (driven by Playwright's Python package, never `playwright install`).
+# Chromium (driven by Playwright's Python package, never `playwright install`);
+# the install's, Debian's nginx and systemd-analyze. A policy-rc.d keeps
+# the packages' own daemons from starting while they install.
+TOOLS := sshd ssh-keygen chromium nginx openssl systemd-analyze
 test-tools:
-	@command -v sshd >/dev/null && command -v ssh-keygen >/dev/null && command -v chromium >/dev/null || \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server openssh-client chromium >/dev/null)
+	@for tool in $(TOOLS); do command -v $$tool >/dev/null || missing=1; done; [ -z "$$missing" ] || ( \
+		guard=; [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; guard=1; }; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			openssh-server openssh-client chromium openssl systemd \
+			$$(apt-cache show nginx-light >/dev/null 2>&1 && echo nginx-light || echo nginx) >/dev/null; \
+		rc=$$?; [ -z "$$guard" ] || rm -f /usr/sbin/policy-rc.d; exit $$rc)
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || \

@@ -39,7 +39,9 @@ def create_app(test_config: dict | None = None, instance_path: str | None = None
         app.config["DIV_DATA_DIR"] = os.path.join(app.instance_path, "data")
 
     if app.config["DIV_PROXY_HOPS"]:
-        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=app.config["DIV_PROXY_HOPS"])
+        hops = app.config["DIV_PROXY_HOPS"]
+        # The client's address, and whether it came over TLS, from the proxy.
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops)
     app.json = StrictJSONProvider(app)
     db.init_app(app)
     errors.init_app(app)

@@ -10,9 +10,12 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from urllib.parse import urlencode, urlsplit
+
+from cli.net import proxy_for, tls_context
 
 # Log streams send an event at least every 5 s; silence for longer is a dead peer.
 TIMEOUT = 30
@@ -46,9 +49,18 @@ class ApiClient:
         self._local = threading.local()
 
     def _new_connection(self) -> http.client.HTTPConnection:
-        kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        """To the API, or through a proxy (a CONNECT tunnel), TLS verified."""
         # http.client sends a file body 8 KB a syscall by default.
-        return kind(self._host, self._port, timeout=TIMEOUT, blocksize=CHUNK)
+        options = {"timeout": TIMEOUT, "blocksize": CHUNK}
+        if self._https:
+            options["context"] = tls_context()
+        kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        proxy = proxy_for("https" if self._https else "http", self._host)
+        if proxy is None:
+            return kind(self._host, self._port, **options)
+        conn = kind(*proxy, **options)
+        conn.set_tunnel(self._host, self._port)
+        return conn
 
     def _send(self, method: str, path: str, params: dict | None, body, headers: dict,
               fresh: bool) -> http.client.HTTPResponse:
@@ -175,4 +187,7 @@ def _reason(exc: BaseException) -> str:
         return "connection closed mid-answer"
     if isinstance(exc, socket.gaierror):
         return "unknown host"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (f"its TLS certificate is not trusted ({exc.verify_message}): set DIV_CA_BUNDLE "
+                "to the CA that signed it")
     return str(exc) or type(exc).__name__
