@@ -41,6 +41,8 @@ class Config:
     # any sbatch can take (the transports give up after 60 s; SSH connects
     # within 10 s more). A site with a slower login node raises it.
     DIV_SUBMIT_GRACE = float(os.environ.get("DIV_SUBMIT_GRACE", "120"))
+    # How long a partition's MaxTime, read with sinfo, is taken as known.
+    DIV_PARTITION_CACHE_SECONDS = float(os.environ.get("DIV_PARTITION_CACHE_SECONDS", "60"))
     # Keys that encrypt secrets at rest (Fernet, comma-separated; the first
     # encrypts, all decrypt, so a key can be rotated: `flask rotate-secrets`).
     # None: made once and kept in instance/secrets_key.

@@ -143,8 +143,9 @@ class Run(db.Model):
     rate_micros_per_hour: Mapped[int] = mapped_column(sa.BigInteger)
     max_spend_micros: Mapped[int | None] = mapped_column(sa.BigInteger)
     time_limit_minutes: Mapped[int | None]
-    # What set --time: "spend" (--max-spend) or "org" (what the org's monthly
-    # limit had left); a TIMEOUT then means budget_exceeded or limit_reached.
+    # What set --time: "spend" (--max-spend), "org" (what the org's monthly
+    # limit had left) or "maxtime" (the partition's MaxTime); a TIMEOUT then
+    # means budget_exceeded, limit_reached or failed.
     time_limit_by: Mapped[str | None] = mapped_column(sa.String(8))
     cost_micros: Mapped[int] = mapped_column(sa.BigInteger, default=0)
 

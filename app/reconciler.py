@@ -45,6 +45,8 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None,
     status = run_status(record, run.stopped_for)
     if status == "budget_exceeded" and run.time_limit_by == "org":
         status = "limit_reached"   # the --time the org's limit left ran out
+    elif status == "budget_exceeded" and run.time_limit_by == "maxtime":
+        status = "failed"          # the partition's MaxTime, not money, ended it
     if status not in LIVE and not record.finished:
         # squeue already says COMPLETED but sacct has no end or exit code
         # yet (or does not answer): the run has ended only once its final

@@ -16,6 +16,7 @@ from slurm.records import (
     parse_sacct,
     parse_sinfo_nodes,
     parse_squeue,
+    slurm_minutes,
 )
 from slurm.transport import CommandResult, LocalTransport, TransportError
 
@@ -48,11 +49,27 @@ class SubmitRefused(SlurmError):
     bad account, ...)."""
 
 
+# What Slurm's refusals of a site's conventions mean, for whoever reads
+# them: the user first, an admin next.
+HINTS = (
+    ("Invalid account", "the org's Slurm account does not exist or may not use this "
+                        "partition: an admin makes it, or maps the org to one "
+                        "(flask create-org NAME --account ACCOUNT)"),
+    ("Invalid qos", "the QoS is not one this account may use: an admin sets the site's "
+                    "(flask site --qos) or the type's (flask site gpu add … --qos)"),
+    ("Job violates accounting/QOS policy", "the account's or QoS's limits refuse it "
+                                           "(sacctmgr show assoc, show qos)"),
+    ("time limit exceeds", "the partition's MaxTime is shorter"),
+)
+
+
 def _slurm_message(result: CommandResult) -> str:
     lines = [line.split("error: ", 1)[-1].removeprefix("Batch job submission failed: ")
              .removeprefix("allocation failure: ")
              for line in result.stderr.splitlines() if line.strip()]
-    return "; ".join(dict.fromkeys(lines)) or f"exit code {result.returncode}"
+    message = "; ".join(dict.fromkeys(lines)) or f"exit code {result.returncode}"
+    hints = [hint for text, hint in HINTS if text.lower() in message.lower()]
+    return f"{message} ({hints[0]})" if hints else message
 
 
 class SlurmClient:
@@ -180,6 +197,12 @@ class SlurmClient:
 
     def partitions(self) -> set[str]:
         return set(self._run(["sinfo", "--noheader", "--format=%R"]).stdout.split())
+
+    def partition_max_minutes(self) -> dict[str, int | None]:
+        """Each partition's MaxTime in minutes; None where it has none."""
+        lines = self._run(["sinfo", "--noheader", "--format=%R|%l"]).stdout.splitlines()
+        return {name: slurm_minutes(limit) for name, _, limit in
+                (line.partition("|") for line in lines if line)}
 
     def clusters(self) -> list[str]:
         """The clusters slurmdbd knows: an answer means accounting works."""

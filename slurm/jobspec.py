@@ -106,6 +106,12 @@ class SlurmSite:
 
     catalog: dict[str, GpuType] = field(default_factory=default_catalog)
     runtime: str = "none"
+    # The QoS every job asks for, unless its type names its own (a site
+    # with AccountingStorageEnforce=qos requires one).
+    qos: str | None = None
+    # Whether divergent makes each org's Slurm account (sacctmgr), or the
+    # site's admins map orgs to accounts they made.
+    make_accounts: bool = True
     # Node-local folder for each run's scratch (workspace/ and mnt/).
     scratch_root: str = "/tmp"
     # Runtime `none`: read-only paths of the node's software beyond /usr and
@@ -114,6 +120,8 @@ class SlurmSite:
     path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
     def __post_init__(self):
+        if self.qos is not None:
+            _check(SLURM_NAME, self.qos, "QoS")
         if self.runtime not in RUNTIMES:
             raise InvalidJobSpec(f"runtime must be one of {', '.join(RUNTIMES)}")
 

@@ -182,3 +182,26 @@ def parse_sinfo_nodes(output: str) -> dict[str, NodeRecord]:
                                  parse_gres(gres), parse_gres(gres_used),
                                  int(memory) if memory.isdigit() else 0)
     return nodes
+
+
+def slurm_minutes(text: str) -> int | None:
+    """A Slurm time limit (sinfo %l: "infinite", "30:00", "2:00:00",
+    "1-12:00:00", "1-12") in whole minutes, rounded down so that a limit
+    made from it never passes Slurm's; None when there is none."""
+    text = text.strip()
+    if text.lower() in ("", "infinite", "unlimited", "n/a", "none"):
+        return None
+    days, dash, clock = text.partition("-")
+    if not dash:
+        days, clock = "0", text
+    try:
+        parts = [int(part) for part in clock.split(":")]
+        if dash:                       # d-h, d-h:m, d-h:m:s
+            hours, minutes = (parts + [0, 0])[:2]
+        elif len(parts) == 3:          # h:m:s
+            hours, minutes = parts[:2]
+        else:                          # m, m:s
+            hours, minutes = 0, parts[0]
+        return (int(days) * 24 + hours) * 60 + minutes
+    except ValueError:
+        return None

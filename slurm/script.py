@@ -186,8 +186,8 @@ def sbatch_directives(spec: JobSpec, site: SlurmSite) -> list[str]:
         lines.append(f"--gres={gpu.gres}:{spec.per_node(spec.gpus, site)}")
     if gpu.constraint is not None:
         lines.append(f"--constraint={gpu.constraint}")
-    if gpu.qos is not None:
-        lines.append(f"--qos={gpu.qos}")
+    if (gpu.qos or site.qos) is not None:
+        lines.append(f"--qos={gpu.qos or site.qos}")
     lines += [
         f"--cpus-per-task={spec.per_node(spec.cpus, site)}",
         f"--mem={spec.per_node(spec.memory_gib, site)}G",

@@ -9,6 +9,7 @@ from slurm.records import (
     parse_sinfo_nodes,
     parse_squeue,
     run_status,
+    slurm_minutes,
 )
 
 SACCT = (
@@ -98,3 +99,9 @@ def test_sinfo_lines_become_one_record_per_node():
 
 def test_gres_other_than_gpus_is_not_counted():
     assert parse_gres("gpu:a100:2(S:0),shard:a100:16,mps:100") == {"a100": 2}
+
+
+def test_slurm_time_limits_are_whole_minutes_rounded_down():
+    texts = ["infinite", "UNLIMITED", "30", "30:45", "2:00:00", "1-00:00:00", "1-12", "1-12:30",
+             "junk"]
+    assert [slurm_minutes(t) for t in texts] == [None, None, 30, 30, 120, 1440, 2160, 2190, None]

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from slurm.client import _slurm_message
 from slurm.jobspec import GpuType, InvalidJobSpec, JobSpec, SlurmSite, default_catalog
 from slurm.script import render_batch_script, sbatch_directives
+from slurm.transport import CommandResult
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -116,3 +118,23 @@ def test_a_golden_file_that_differs_fails_with_the_diff_and_is_rewritten_only_wh
         assert_golden(golden, "a\nc\n")
     assert golden.read_text() == "a\nc\n"
     assert_golden(golden, "a\nc\n")          # the same text passes
+
+
+def test_the_sites_qos_is_asked_for_unless_the_type_names_its_own():
+    catalog = {**default_catalog(), "a100": GpuType("a100", "gpu", "gpu:a100", qos="a100-qos")}
+    site = SlurmSite(catalog=catalog, qos="normal")
+    assert "#SBATCH --qos=normal" in sbatch_directives(example_spec(), site)
+    assert "#SBATCH --qos=a100-qos" in sbatch_directives(example_spec(gpu_type="a100"), site)
+    assert not any("--qos" in line for line in sbatch_directives(example_spec(), SlurmSite()))
+
+
+@pytest.mark.parametrize("stderr, hint", [
+    ("sbatch: error: Batch job submission failed: Invalid account or account/partition "
+     "combination specified", "flask create-org NAME --account ACCOUNT"),
+    ("sbatch: error: Batch job submission failed: Invalid qos specification", "flask site --qos"),
+    ("sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job "
+     "submit limit, user's size and/or time limits)", "sacctmgr show assoc")])
+def test_slurms_refusals_of_a_sites_conventions_say_what_to_do_in_one_line(stderr, hint):
+    message = _slurm_message(CommandResult(1, "", stderr + "\n"))
+    assert "\n" not in message and hint in message and message.startswith(
+        stderr.split("failed: ")[1])

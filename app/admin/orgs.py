@@ -14,10 +14,14 @@ from app.services.pricing import format_usd, limit_text
 
 @admin_command("create-org", bad_value="NAME")
 @click.argument("name")
-def create_org(name: str) -> None:
-    """Create an org (its Slurm account is made on its first run)."""
-    org = get_or_create_org(name)
-    click.echo(f"org {org.name}")
+@click.option("--account", metavar="ACCOUNT",
+              help="The Slurm account its runs use, if not one of its name (a site "
+                   "with make_accounts = false maps every org to an account it made).")
+def create_org(name: str, account: str | None) -> None:
+    """Create an org (its Slurm account is made on its first run, unless the
+    site makes accounts itself)."""
+    org = get_or_create_org(name, account)
+    click.echo(f"org {org.name} (Slurm account {org.slurm_account})")
 
 
 @admin_command("create-user")

@@ -46,6 +46,10 @@ def _transport(kind: str | None, **ssh) -> dict | None:
 @click.option("--runtime", type=click.Choice(RUNTIMES), help="How runs get their image.")
 @click.option("--gpus-per-node", type=click.IntRange(1, 64), help="GPUs on each GPU node.")
 @click.option("--scratch-root", metavar="PATH", help="Node-local folder for runs' scratch.")
+@click.option("--qos", metavar="QOS", help="The QoS every job asks for (a type's own wins).")
+@click.option("--accounts", type=click.Choice(["make", "existing"]),
+              help="make: each org's Slurm account is made on its first run; existing: "
+                   "orgs use accounts the site's admins made (flask create-org --account).")
 @click.option("--transport", type=click.Choice(TRANSPORTS),
               help="Run Slurm's commands on this host, or on a login node over SSH.")
 @click.option("--ssh-host", metavar="HOST")
@@ -55,8 +59,8 @@ def _transport(kind: str | None, **ssh) -> dict | None:
 @click.option("--ssh-known-hosts", metavar="PATH",
               help="known_hosts with the login node's key (else the system's): never trust on first use.")
 @click.pass_context
-def site(ctx, partitions, gres, runtime, gpus_per_node, scratch_root, transport, ssh_host,
-         ssh_user, ssh_key, ssh_port, ssh_known_hosts) -> None:
+def site(ctx, partitions, gres, runtime, gpus_per_node, scratch_root, qos, accounts, transport,
+         ssh_host, ssh_user, ssh_key, ssh_port, ssh_known_hosts) -> None:
     """Show the site's Slurm settings, or change them. The server and the
     reconciler reread them on their next request or cycle; check the result
     with `flask doctor`."""
@@ -66,7 +70,9 @@ def site(ctx, partitions, gres, runtime, gpus_per_node, scratch_root, transport,
     changes = {key: value for key, value in (
         ("runtime", runtime), ("gpus_per_node", gpus_per_node),
         ("scratch_root", scratch_root), ("partitions", _pairs(partitions, "--partition")),
-        ("gres", _pairs(gres, "--gres"))) if value}
+        ("gres", _pairs(gres, "--gres")), ("qos", qos)) if value}
+    if accounts is not None:
+        changes["make_accounts"] = accounts == "make"
     wire = _transport(transport, host=ssh_host, user=ssh_user, key_path=ssh_key, port=ssh_port,
                       known_hosts=ssh_known_hosts)
     if changes or wire:
@@ -77,6 +83,8 @@ def site(ctx, partitions, gres, runtime, gpus_per_node, scratch_root, transport,
     per_node = {gpu.per_node for gpu in slurm.catalog.values() if not gpu.is_cpu}
     click.echo(f"gpus per node  {per_node.pop() if len(per_node) == 1 else 'per type'}")
     click.echo(f"scratch        {slurm.scratch_root}")
+    click.echo(f"qos            {slurm.qos or '-'}")
+    click.echo(f"accounts       {'made for each org' if slurm.make_accounts else 'existing'}")
     click.echo(f"Slurm on       {current.transport.describe()}")
     _catalog_table(slurm.catalog)
 

@@ -12,6 +12,7 @@ from app.models import ROLES, Org, User
 from app.services.errors import Invalid, NotFound
 from app.services.pricing import monthly_limit
 from app.services.usage import month_spend
+from slurm.jobspec import ACCOUNT_NAME
 
 ORG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 USERNAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -21,15 +22,25 @@ class InvalidName(Invalid):
     """A name an org or user may not have."""
 
 
-def get_or_create_org(name: str) -> Org:
+def get_or_create_org(name: str, account: str | None = None) -> Org:
+    """The org named `name`, made if new with Slurm account `account` (its
+    name by default, so sacct and fair share see orgs). An account is one
+    org's alone: bills and limits are read per account."""
     if not ORG_NAME.fullmatch(name):
         raise InvalidName(f"org names are lowercase letters, digits, - and _: {name!r}")
+    if account is not None and not ACCOUNT_NAME.fullmatch(account):
+        raise InvalidName(f"Slurm account names are lowercase letters, digits, - and _: "
+                          f"{account!r}")
     org = db.session.execute(db.select(Org).filter_by(name=name)).scalar_one_or_none()
     if org is None:
-        # The org's Slurm account carries its name, so sacct and fair share see orgs.
-        org = Org(name=name, slurm_account=name)
+        account = account or name
+        if db.session.execute(db.select(Org).filter_by(slurm_account=account)).first():
+            raise Invalid(f"Slurm account {account!r} is another org's")
+        org = Org(name=name, slurm_account=account)
         db.session.add(org)
         db.session.commit()
+    elif account is not None and account != org.slurm_account:
+        raise Invalid(f"{name} uses Slurm account {org.slurm_account!r} already")
     elif org.removed_at is not None:
         raise Invalid(f"{name} was removed; its records keep the name")
     return org

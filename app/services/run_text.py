@@ -42,6 +42,8 @@ def header_line(run: Run) -> str:
              else f"max spend {format_usd(run.max_spend_micros)}")
     if run.time_limit_by == "org":
         return f"{rate} {spend}; the org's usage limit leaves about {about}"
+    if run.time_limit_by == "maxtime":
+        return f"{rate} {spend}; the partition's time limit ends it after about {about}"
     if run.max_spend_micros is None:
         return f"{rate} no spend limit"
     return f"{rate} {spend} (about {about})"
@@ -77,6 +79,9 @@ def _ended_line(run: Run) -> str | None:
             return f"{run.name} failed before it started: Slurm never got it, and spent {spent}"
         if run.slurm_state == "NODE_FAIL":
             return f"{run.name} failed after {took}: a node it ran on failed, and spent {spent}"
+        if run.slurm_state == "TIMEOUT" and run.time_limit_by == "maxtime":
+            return (f"{run.name} failed after {took}: the partition's time limit ended it, "
+                    f"and spent {spent}")
         if run.slurm_state == "OUT_OF_MEMORY":
             return (f"{run.name} ran out of memory ({run.memory_gib} GiB) after {took} "
                     f"and spent {spent}")

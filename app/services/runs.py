@@ -29,7 +29,12 @@ from app.services.secrets import (
     values_for_run,
     write_secrets_file,
 )
-from app.services.slurm_access import ensure_org_account, slurm_client, slurm_site
+from app.services.slurm_access import (
+    ensure_org_account,
+    partition_max_minutes,
+    slurm_client,
+    slurm_site,
+)
 from app.services.submissions import adopt_job, record_job, settle_without_job
 from app.services.usage import minutes_left
 from app.services.volumes import ensure_volume, org_dir, run_dir, trees_dir, volumes_in_command
@@ -163,9 +168,18 @@ def _validate_hardware(req: RunRequest, types: dict[str, GpuType]) -> None:
         raise Invalid(f"memory must be 1 to {gpu.node_gib} GiB a node")
 
 
-def _time_limit(org: Org, max_spend: int | None, rate: int) -> tuple[int | None, str | None]:
+def _time_limit(org: Org, max_spend: int | None, rate: int,
+                max_time: int | None) -> tuple[int | None, str | None]:
     """Slurm's --time: what the spend limit buys, capped by what the org's
-    monthly limit has left (DESIGN.md "Money"), and which of the two set it."""
+    monthly limit has left (DESIGN.md "Money") and by the partition's
+    MaxTime, and which of them set it ("spend", "org", "maxtime")."""
+    minutes, by = _money_limit(org, max_spend, rate)
+    if max_time is not None and (minutes is None or max_time < minutes):
+        return max_time, "maxtime"
+    return minutes, by
+
+
+def _money_limit(org: Org, max_spend: int | None, rate: int) -> tuple[int | None, str | None]:
     spend_minutes = None
     if max_spend is not None:
         spend_minutes = minutes_for(max_spend, rate)
@@ -224,7 +238,8 @@ def size_run(org: Org, req: RunRequest) -> Sizing:
     cpus = req.cpus or req.gpus * gpu.cores
     memory = req.memory_gib or req.gpus * gpu.memory_gib
     rate = current_prices().rate(gpu, req.gpus, cpus, memory)
-    return Sizing(cpus, memory, rate, *_time_limit(org, req.max_spend_micros, rate))
+    return Sizing(cpus, memory, rate, *_time_limit(org, req.max_spend_micros, rate,
+                                                   partition_max_minutes(gpu.partition)))
 
 
 def _job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,

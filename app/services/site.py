@@ -13,6 +13,8 @@ GRES (and may set GPUs a node for all four GPU types):
     gpus_per_node = 8
     scratch_root = "/local/scratch"
     bind_paths = ["/opt/conda"]
+    qos = "normal"             # every job's, unless its type names one
+    make_accounts = false      # orgs use accounts the site's admins made
     [partitions]
     h100 = "gpu-h100"
     [gres]
@@ -69,7 +71,7 @@ TRANSPORTS = ("local", "ssh")
 # Partition and GRES names go into #SBATCH lines: plain names only.
 SLURM_NAME = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
 # [slurm] settings: SlurmSite's own, and the docs' types' GPUs a node.
-RUNTIME_KEYS = ("runtime", "scratch_root", "bind_paths")
+RUNTIME_KEYS = ("runtime", "scratch_root", "bind_paths", "qos", "make_accounts")
 SLURM_KEYS = (*RUNTIME_KEYS, "gpus_per_node")
 DEFAULT_PER_NODE = 8
 SSH_KEYS = ("host", "user", "key_path", "port", "known_hosts")
@@ -151,9 +153,16 @@ def parse_site(data: dict) -> Site:
         catalog = default_catalog(
             per_node, _names(data.get("partitions", {}), (*GPU_TYPES, CPU), "partitions"),
             _names(data.get("gres", {}), GPU_TYPES, "gres"))
+    qos = slurm.get("qos")
+    if qos is not None:
+        _plain_name(qos, "[slurm] qos")
+    make_accounts = slurm.get("make_accounts", default.make_accounts)
+    if not isinstance(make_accounts, bool):
+        raise SiteConfigError("[slurm] make_accounts: true or false")
     try:
         site = SlurmSite(catalog=catalog, runtime=slurm.get("runtime", default.runtime),
-                         scratch_root=scratch, bind_paths=tuple(bind_paths))
+                         scratch_root=scratch, bind_paths=tuple(bind_paths), qos=qos,
+                         make_accounts=make_accounts)
     except InvalidJobSpec as exc:
         raise SiteConfigError(f"[slurm] {exc}") from None
     return Site(site, _transport(transport))

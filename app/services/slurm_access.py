@@ -8,7 +8,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator
+
+from flask import current_app
 
 from app.models import Org
 from app.services.errors import Unavailable
@@ -20,6 +23,7 @@ _lock = threading.Lock()
 _clients: dict[Transport, SlurmClient] = {}
 _accounts_known: set[str] = set()
 _stand_in: SlurmClient | None = None
+_max_times: dict[Transport | None, tuple[float, dict[str, int | None]]] = {}
 log = logging.getLogger("divergent.slurm")
 
 
@@ -40,11 +44,14 @@ def standing_in(client: SlurmClient) -> Iterator[SlurmClient]:
     the block ends, whatever the site file says."""
     global _stand_in
     previous, _stand_in = _stand_in, client
+    _max_times.clear()
     try:
         yield client
     finally:
         _stand_in = previous
-        _accounts_known.clear()     # made in the stand-in's Slurm, not the site's
+        # What the stand-in's Slurm said is not the site's.
+        _accounts_known.clear()
+        _max_times.clear()
 
 
 def slurm_client() -> SlurmClient:
@@ -60,7 +67,7 @@ def slurm_client() -> SlurmClient:
 def ensure_org_account(org: Org) -> None:
     """Each org submits under its own Slurm account; made on first use, then
     remembered for the life of the process."""
-    if org.slurm_account in _accounts_known:
+    if org.slurm_account in _accounts_known or not slurm_site().make_accounts:
         return
     try:
         slurm_client().ensure_account(org.slurm_account)
@@ -70,3 +77,22 @@ def ensure_org_account(org: Org) -> None:
         log.warning("could not make sure Slurm account %s exists: %s", org.slurm_account, exc)
         return
     _accounts_known.add(org.slurm_account)
+
+
+
+
+def partition_max_minutes(partition: str) -> int | None:
+    """The partition's MaxTime in minutes (None: unlimited or unknown), from
+    one sinfo every DIV_PARTITION_CACHE_SECONDS at most: a run's --time never
+    goes past it."""
+    transport = current_site().transport if _stand_in is None else None
+    now = time.monotonic()
+    cached = _max_times.get(transport)
+    if cached is None or now - cached[0] >= current_app.config["DIV_PARTITION_CACHE_SECONDS"]:
+        try:
+            cached = (now, slurm_client().partition_max_minutes())
+        except SlurmError as exc:
+            log.warning("could not read partitions' MaxTime: %s", exc)
+            return None
+        _max_times[transport] = cached
+    return cached[1].get(partition)
