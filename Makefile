@@ -24,8 +24,12 @@ up: $(VENV)/.installed cluster
 install: $(VENV)/.installed
 	@echo "installed in $(CURDIR)/$(VENV); next: deploy/ (systemd units, nginx site, env file)"
 
+# Everything on the docs' cluster, then the core end to end on the second
+# profile (tests/test_site2.py), then the docs' cluster again.
 test: lint cluster postgres test-tools
-	$(BIN)/pytest
+	$(BIN)/pytest; rc=$$?; \
+	DIV_DEV_PROFILE=site2 slurm/dev/up && $(BIN)/pytest -m site2; site2=$$?; \
+	slurm/dev/up; exit $$(( rc || site2 ))
 
 # The tests that need neither Slurm nor a server (tests/conftest.py marks
 # the others `cluster`): under a minute, for the loop while editing.

@@ -29,6 +29,8 @@ POSTGRES_URL = os.environ.get("DIV_TEST_POSTGRES_URL",
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: needs the dev Slurm cluster (and so, the server)")
+    config.addinivalue_line("markers", "site2: needs the dev cluster's site2 profile "
+                                       "(make test brings it up and runs them after the rest)")
 
 
 def pytest_collection_modifyitems(items):

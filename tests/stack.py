@@ -96,9 +96,9 @@ class Stack:
                               env={**self.env(), **(env or {})}, capture_output=True,
                               text=True, check=check)
 
-    def add_org(self, org: str) -> str:
+    def add_org(self, org: str, account: str | None = None) -> str:
         """An org with one user and a key; returns the key."""
-        self.flask("create-org", org)
+        self.flask("create-org", org, *(["--account", account] if account else []))
         self.flask("create-user", org, f"{org}-user")
         self.tokens[org] = self.flask("create-key", f"{org}-user").stdout.split()[-1]
         return self.tokens[org]
@@ -167,20 +167,26 @@ def read_terminal(controller: int) -> bytes:
 
 
 def start_stack(port: int, postgres_admin_url: str | None,
-                database: str = "divergent_e2e", settings: dict[str, str] | None = None) -> Stack:
+                database: str = "divergent_e2e", settings: dict[str, str] | None = None,
+                accounts: dict[str, str] | None = None,
+                before_start=None) -> Stack:
     """The stack in a folder of its own under /tmp: the service user it runs
     as must reach it, and pytest's own folders are root's alone. A fresh
     PostgreSQL database `database`, or SQLite in that folder without a
-    PostgreSQL URL."""
+    PostgreSQL URL. `before_start(stack)` sets the site up (admin commands,
+    `stack.settings`) before the services start; `accounts` maps the orgs
+    e2e and other to Slurm accounts the site made."""
     base = service_folder("div-stack-")
     url = (fresh_postgres_database(postgres_admin_url, database) if postgres_admin_url
            else f"sqlite:///{base}/divergent.db")
     stack = Stack(base, port, url, settings=dict(settings or {}))
     (base / "home").mkdir(parents=True, exist_ok=True)
     stack.flask("db", "upgrade")
+    if before_start is not None:
+        before_start(stack)      # the site's settings, made as its admin makes them
     stack.services("start")
-    stack.add_org("e2e")
-    stack.add_org("other")
+    for org in ("e2e", "other"):
+        stack.add_org(org, (accounts or {}).get(org))
     return stack
 
 

@@ -34,3 +34,16 @@ def test_the_dev_cluster_proposes_the_docs_types_and_saves_them_priced(runner, a
     saved = runner.invoke(args=["site", "init", "--from-slurm", "--save"])
     assert saved.exit_code == 0 and "$4.80/h" in saved.output, saved.output
     assert "[gpu.h100]" in (tmp_path / "site.toml").read_text()
+
+
+def test_a_partition_over_every_node_is_where_cpu_runs_not_a_gpu_type():
+    sinfo = "".join(f"{node}|idle|0/{cores}/0/{cores}|{memory}|{part}|{gres}|gpu:0\n"
+                    for node, cores, memory, gres, parts in (
+                        ("node1", 32, 245760, "gpu:a100:4", ("gpu", "batch")),
+                        ("node2", 32, 245760, "gpu:a100:4", ("gpu", "batch")),
+                        ("node3", 16, 131072, "gpu:2", ("older", "batch")))
+                    for part in parts)
+    proposed = propose(list(parse_sinfo_nodes(sinfo).values()))
+    assert {name: (gpu.partition, gpu.gres, gpu.per_node) for name, gpu in proposed.items()} == {
+        "a100": ("gpu", "gpu:a100", 4), "older": ("older", "gpu", 2), "cpu": ("batch", None, 8)}
+    assert (proposed["cpu"].node_cores, proposed["cpu"].node_gib) == (16, 128)

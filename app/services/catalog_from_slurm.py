@@ -17,12 +17,13 @@ def propose(nodes: list[NodeRecord]) -> dict[str, GpuType]:
     for kind in kinds:
         having = [node for node in nodes if kind in node.gpus]
         name = _name(kind)
-        catalog[name] = _sized(GpuType(name, _partition(having, name), f"gpu:{kind}"),
+        catalog[name] = _sized(GpuType(name, _partition(nodes, having, name), f"gpu:{kind}"),
                                having, min(node.gpus[kind] for node in having))
-    typed_partitions = {gpu.partition for gpu in catalog.values()}
     untyped = [node for node in nodes if node.gpus.get("")]
-    for partition in sorted({p for node in untyped for p in node.partitions} - typed_partitions):
-        having = [node for node in untyped if partition in node.partitions]
+    for partition in sorted({p for node in untyped for p in node.partitions}):
+        having = _members(nodes, partition)
+        if not all(node.gpus.get("") for node in having):
+            continue     # a partition of other nodes too: not where these GPUs are sold
         catalog[_name(partition)] = _sized(GpuType(_name(partition), partition, "gpu"), having,
                                            min(node.gpus[""] for node in having))
     cpu_partition = _cpu_partition(nodes)
@@ -38,20 +39,30 @@ def _name(text: str) -> str:
     return name if name[0].isalnum() else f"g{name}"[:32]
 
 
-def _partition(nodes: list[NodeRecord], name: str) -> str:
-    """A partition every node with the GRES is in, the one named like the
-    type when there is one."""
-    shared = set(nodes[0].partitions).intersection(*(node.partitions for node in nodes))
-    candidates = sorted(shared) or nodes[0].partitions
-    return name if name in candidates else candidates[0]
+def _members(nodes: list[NodeRecord], partition: str) -> list[NodeRecord]:
+    return [node for node in nodes if partition in node.partitions]
+
+
+def _partition(nodes: list[NodeRecord], having: list[NodeRecord], name: str) -> str:
+    """A partition every node with the GRES is in: one of those nodes alone
+    first, then the one named like the type, then the first by name."""
+    shared = set(having[0].partitions).intersection(*(node.partitions for node in having))
+    candidates = sorted(shared) or having[0].partitions
+    names = {node.name for node in having}
+    only = [p for p in candidates if {node.name for node in _members(nodes, p)} <= names]
+    return name if name in (only or candidates) else (only or candidates)[0]
 
 
 def _cpu_partition(nodes: list[NodeRecord]) -> str | None:
-    partitions = {p for node in nodes for p in node.partitions}
+    """`cpu` if there is one; else a partition of nodes without GPUs; else
+    the partition over the most nodes."""
+    partitions = sorted({p for node in nodes for p in node.partitions})
     if CPU in partitions:
         return CPU
     without_gpus = sorted({p for node in nodes if not node.gpus for p in node.partitions})
-    return without_gpus[0] if without_gpus else None
+    if without_gpus:
+        return without_gpus[0]
+    return max(partitions, key=lambda p: len(_members(nodes, p)), default=None)
 
 
 def _sized(gpu: GpuType, nodes: list[NodeRecord], per_node: int) -> GpuType:

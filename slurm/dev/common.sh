@@ -1,10 +1,23 @@
 # Settings and helpers shared by slurm/dev/up and slurm/dev/down.
 # Every setting can be overridden from the environment.
 
-NODES=${DIV_DEV_NODES:-2}
+# The profile: `docs`, the docs' cluster (every node with 8 of each of the
+# docs' GPU types), or `site2`, a site unlike it (typed A100 nodes of 4, a
+# node of untyped GPUs behind its own partition, a `gpu` partition with a
+# MaxTime, QoS enforced, accounts made by the admin beforehand).
+PROFILE=${DIV_DEV_PROFILE:-docs}
+case "$PROFILE" in
+    docs) NODES=${DIV_DEV_NODES:-2}; CLUSTER=${DIV_DEV_CLUSTER:-divdev}; SUFFIX= ;;
+    site2) NODES=3; CLUSTER=divsite2; SUFFIX=-site2 ;;
+    *) echo "slurm/dev: error: DIV_DEV_PROFILE is docs or site2, not $PROFILE" >&2; exit 1 ;;
+esac
 STATE=${DIV_DEV_STATE:-/var/lib/div-dev}
 CONF_DIR=${DIV_DEV_SLURM_CONF_DIR:-/etc/slurm}
-CLUSTER=${DIV_DEV_CLUSTER:-divdev}
+# site2's accounts, made as a site's admins would (sacctmgr, before divergent
+# runs), and the QoS its jobs must ask for.
+SITE2_ACCOUNTS=(lab-e2e lab-other)
+SITE2_QOS=div
+SITE2_MAXTIME=30
 DEV_ACCOUNT=${DIV_DEV_ACCOUNT:-dev}
 SERVICE_USER=${DIV_SERVICE_USER:-divergent}
 BRIDGE=div-br0
