@@ -12,8 +12,9 @@ from pathlib import Path
 
 import click
 
-from cli.api import ApiError, ApiUnreachable
-from cli.catalog import FALLBACK, cluster_shape
+from cli.api import ApiClient, ApiError, ApiUnreachable
+from cli.catalog import FALLBACK, Shape, cluster_shape
+from cli.config import resolve
 from cli.context import fail, pass_api
 from cli.flags import (
     check_hardware,
@@ -44,6 +45,21 @@ class RunCommand(click.Command):
     def parse_args(self, ctx, args):
         ctx.meta["after_dashes"] = "--" in args
         return super().parse_args(ctx, args)
+
+    def format_help(self, ctx, formatter):
+        """--gpu lists the site's catalog when the API answers (the docs'
+        table when it does not, or no API is set)."""
+        gpu = next(param for param in self.params if param.name == "gpu")
+        gpu.help = f"GPU type: {', '.join(catalog_for_help().gpu_types)}."
+        super().format_help(ctx, formatter)
+
+
+def catalog_for_help() -> Shape:
+    try:
+        settings = resolve(None, None)
+        return cluster_shape(ApiClient(settings.api_url, settings.token))
+    except (click.UsageError, ApiUnreachable):
+        return FALLBACK
 
 
 def _callback(parse, *extra):

@@ -55,3 +55,11 @@ def test_the_catalog_is_kept_for_a_minute_then_asked_again(served, tmp_path):
     for cached in (tmp_path / "cache" / "div").glob("catalog-*.json"):
         os.utime(cached, (time.time() - 61, time.time() - 61))      # a minute on
     assert "whole nodes of 2" in div("run", "--gpus", "3", "--", "true").output
+
+
+def test_div_run_help_lists_the_sites_catalog(served):
+    served.write_text('[gpu.a100]\npartition = "gpu"\ngres = "gpu:a100"\nper_node = 4\n'
+                      '[gpu.cpu]\npartition = "batch"\nmemory = 2\n')
+    shown = div("run", "--help")
+    assert shown.exit_code == 0 and "GPU type: a100, cpu." in shown.output, shown.output
+    assert "'h100' is not one of 'a100', 'cpu'" in div("run", "--gpu", "h100", "--", "true").output
