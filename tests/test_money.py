@@ -7,6 +7,8 @@ import json
 import re
 import subprocess
 
+import pytest
+
 from tests.stack import VENV_BIN
 
 
@@ -14,10 +16,41 @@ def last_line(done) -> str:
     return done.stderr.decode().splitlines()[-1]
 
 
-def test_a_spend_limit_stops_the_run_budget_exceeded(stack, project):
+@pytest.fixture(scope="module")
+def slow_runs(stack, tmp_path_factory):
+    """The runs that wait for Slurm to end them at a one-minute --time, or
+    run over a minute, all started when the module starts so that their
+    minutes overlap; each test then asserts on its own. `div run` as a
+    process each, as a user runs it."""
+    code = tmp_path_factory.mktemp("money")
+    stack.add_org("capped")
+    # Room for one minute of L40S: --time is capped by the org's limit.
+    stack.flask("org-limit", "capped", "0.06")
+
+    def div_run(*args: str, org: str = "e2e") -> subprocess.Popen:
+        return subprocess.Popen([str(VENV_BIN / "div"), "run", *args], cwd=code,
+                                env=stack.div_env(org), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # $0.05 at L40S's $2.55/h buys one minute (floor of 1.17).
-    done = stack.div("run", "--gpu", "l40s", "--max-spend", "0.05", "--no-upload", "--name",
-                     "over-budget", "--", "echo started; sleep 300", cwd=project, timeout=180)
+    running = {
+        "over-budget": div_run("--gpu", "l40s", "--max-spend", "0.05", "--no-upload", "--name",
+                               "over-budget", "--", "echo started; sleep 300"),
+        "lim-capped": div_run("--gpu", "l40s", "--no-upload", "--name", "lim-capped", "--",
+                              "sleep 300", org="capped"),
+        **{f"bill-{s}": div_run("--gpu", "h100", "-d", "--no-upload", "--name", f"bill-{s}",
+                                "--", f"sleep {s}") for s in (5, 65)}}
+    yield running
+    for proc in running.values():
+        proc.kill()
+
+
+def ended(proc: subprocess.Popen, timeout: float = 180):
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_a_spend_limit_stops_the_run_budget_exceeded(stack, slow_runs):
+    done = ended(slow_runs["over-budget"])
     assert done.returncode == 1
     assert done.stderr.decode().splitlines()[0] == (
         "over-budget L40S $2.55/h max spend $0.05 (about 1m)")
@@ -28,7 +61,7 @@ def test_a_spend_limit_stops_the_run_budget_exceeded(stack, project):
     assert (run["status"], run["cost"], run["time_limit_minutes"]) == ("budget_exceeded", "0.0425", 1)
     # slurmstepd's "*** JOB 87 ON node1 CANCELLED ... DUE TO TIME LIMIT ***"
     # is Slurm's, kept for admins beside the run, never in the run's log.
-    logs = stack.div("logs", "over-budget", cwd=project)
+    logs = stack.div("logs", "over-budget", cwd=stack.base)
     assert (logs.stdout, b"slurmstepd" in logs.stderr) == (b"started\n", False)
     kept = (stack.data_dir / "runs" / "e2e" / "over-budget" / "slurm.log").read_text()
     assert "DUE TO TIME LIMIT" in kept
@@ -44,7 +77,7 @@ def test_a_run_over_its_memory_says_it_ran_out_of_memory_and_its_limit(stack, pr
     assert stack.run_json("too-hungry")["status"] == "failed"
 
 
-def test_the_orgs_monthly_limit_caps_stops_and_refuses_runs(stack, project):
+def test_the_orgs_monthly_limit_caps_stops_and_refuses_runs(stack, project, slow_runs):
     stack.add_org("limited")
     stack.flask("org-limit", "limited", "10")
     proc = subprocess.Popen([str(VENV_BIN / "div"), "run", "--gpu", "cpu", "--no-upload",
@@ -65,20 +98,21 @@ def test_the_orgs_monthly_limit_caps_stops_and_refuses_runs(stack, project):
     assert refused.returncode == 1
     assert "the org's usage limit of $0.00 a month is reached" in refused.stderr.decode()
 
-    # A limit with room for one minute of L40S: --time is capped, and the run
-    # that runs out of it ends limit_reached, not budget_exceeded.
-    stack.flask("org-limit", "limited", "0.06")
-    capped = stack.div("run", "--gpu", "l40s", "--no-upload", "--name", "lim-capped", "--",
-                       "sleep 300", cwd=project, org="limited", timeout=180)
+    usage = json.loads(stack.div("usage", "--json", cwd=project, org="limited").stdout)
+    assert (usage["limit"], usage["spent"]) == ("0.001", "0.005")
+    assert {g["gpu"]: g["cost"] for g in usage["gpus"]} == {"cpu": "0.005"}
+
+    # A limit with room for one minute of L40S (org capped, slow_runs): --time
+    # is capped, and the run that runs out of it ends limit_reached, not
+    # budget_exceeded.
+    capped = ended(slow_runs["lim-capped"])
     assert capped.stderr.decode().splitlines()[0] == (
         "lim-capped L40S $2.55/h no spend limit; the org's usage limit leaves about 1m")
     assert capped.returncode == 1
-    assert stack.run_json("lim-capped", org="limited")["status"] == "limit_reached"
-
-    usage = stack.div("usage", "--json", cwd=project, org="limited")
-    report = json.loads(usage.stdout)
-    assert (report["limit"], report["spent"]) == ("0.06", "0.0475")
-    assert {g["gpu"]: g["cost"] for g in report["gpus"]} == {"cpu": "0.005", "l40s": "0.0425"}
+    assert stack.run_json("lim-capped", org="capped")["status"] == "limit_reached"
+    usage = json.loads(stack.div("usage", "--json", cwd=project, org="capped").stdout)
+    assert (usage["limit"], usage["spent"]) == ("0.06", "0.0425")
+    assert {g["gpu"]: g["cost"] for g in usage["gpus"]} == {"l40s": "0.0425"}
 
 
 def test_checks_get_verdicts_and_never_change_the_exit_code(stack, project):
@@ -126,11 +160,11 @@ def test_prices_are_site_configuration_and_runs_keep_their_rate(stack, project):
     assert stack.run_json(json.loads(before.stdout)["name"])["rate"] == "0.30"
 
 
-def test_per_minute_billing_from_sacct_and_charges_reconcile_to_the_cent(stack, project):
+def test_per_minute_billing_from_sacct_and_charges_reconcile_to_the_cent(stack, project,
+                                                                        slow_runs):
     names = {}
     for seconds in (5, 65):
-        done = stack.div("run", "--gpu", "h100", "-d", "--no-upload", "--name", f"bill-{seconds}",
-                         "--", f"sleep {seconds}", cwd=project)
+        done = ended(slow_runs[f"bill-{seconds}"])
         assert done.returncode == 0, done.stderr
         names[seconds] = f"bill-{seconds}"
     failed = stack.div("run", "--gpu", "h100", "--no-upload", "--", "exit 2", cwd=project)
