@@ -52,10 +52,13 @@ class ApiClient:
         """To the API, or through a proxy (a CONNECT tunnel), TLS verified."""
         # http.client sends a file body 8 KB a syscall by default.
         options = {"timeout": TIMEOUT, "blocksize": CHUNK}
-        if self._https:
-            options["context"] = tls_context()
+        try:
+            if self._https:
+                options["context"] = tls_context()
+            proxy = proxy_for("https" if self._https else "http", self._host)
+        except (OSError, ValueError) as exc:     # a CA bundle or proxy URL that is not one
+            raise ApiUnreachable(f"cannot reach the API at {self.url}: {exc}") from None
         kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        proxy = proxy_for("https" if self._https else "http", self._host)
         if proxy is None:
             return kind(self._host, self._port, **options)
         conn = kind(*proxy, **options)

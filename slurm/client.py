@@ -54,12 +54,13 @@ class SubmitRefused(SlurmError):
 HINTS = (
     ("Invalid account", "the org's Slurm account does not exist or may not use this "
                         "partition: an admin makes it, or maps the org to one "
-                        "(flask create-org NAME --account ACCOUNT)"),
+                        "(flask org-account ORG ACCOUNT)"),
     ("Invalid qos", "the QoS is not one this account may use: an admin sets the site's "
                     "(flask site --qos) or the type's (flask site gpu add … --qos)"),
     ("Job violates accounting/QOS policy", "the account's or QoS's limits refuse it "
                                            "(sacctmgr show assoc, show qos)"),
-    ("time limit exceeds", "the partition's MaxTime is shorter"),
+    ("Requested time limit is invalid", "longer than the partition's MaxTime or the "
+                                        "QoS's MaxWall"),
 )
 
 

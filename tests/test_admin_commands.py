@@ -149,3 +149,10 @@ def test_the_catalog_is_the_sites_own_once_a_type_is_added(runner, app, tmp_path
             parse_request({"project": "p", "command": "true", "gpu": "a100", "gpus": 6})
         with pytest.raises(Invalid, match="gpu must be one of b300, h200, l40s, cpu, a100"):
             parse_request({"project": "p", "command": "true", "gpu": "h100"})
+
+
+def test_a_docs_type_changed_into_a_cpu_like_type_is_saved_as_the_sites_catalog(runner, app,
+                                                                                tmp_path):
+    app.config["DIV_SITE_FILE"] = str(tmp_path / "site.toml")
+    flask(runner, "site", "gpu", "add", "l40s", "--partition", "x", "--price", "1")
+    assert "[gpu.l40s]" in (tmp_path / "site.toml").read_text()

@@ -63,3 +63,12 @@ def test_div_run_help_lists_the_sites_catalog(served):
     shown = div("run", "--help")
     assert shown.exit_code == 0 and "GPU type: a100, cpu." in shown.output, shown.output
     assert "'h100' is not one of 'a100', 'cpu'" in div("run", "--gpu", "h100", "--", "true").output
+
+
+def test_a_ca_bundle_that_is_not_there_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("DIV_API_URL", "https://127.0.0.1:9")
+    monkeypatch.setenv("DIV_TOKEN", "div_x_y")
+    monkeypatch.setenv("DIV_CA_BUNDLE", str(tmp_path / "missing.pem"))
+    done = div("ls")
+    assert done.exit_code == 1 and "cannot reach the API at https://127.0.0.1:9" in done.output
+    assert not isinstance(done.exception, FileNotFoundError)

@@ -7,11 +7,15 @@ import os
 import re
 from datetime import timedelta
 
+import pytest
+
 from app.extensions import db
-from app.models import ApiKey, Project, Run, User, utcnow
+from app.models import ApiKey, Project, Run, Schedule, User, utcnow
+from app.services.errors import Forbidden
 from app.services.keys import create_key
 from app.services.orgs import get_or_create_org, get_or_create_user
 from app.services.passwords import set_password, user_for_password
+from app.services.runs import create_run, parse_request
 from app.services.volumes import ensure_volume
 from tests.test_admin_commands import flask
 
@@ -92,3 +96,28 @@ def test_a_removed_users_dashboard_session_ends_at_once(app, client, runner):
     assert signed.status_code == 302 and client.get("/").status_code == 200
     flask(runner, "remove-user", "alice")
     assert client.get("/").status_code == 302          # back to the sign-in page
+
+
+def test_a_removed_users_schedules_go_and_nothing_starts_runs_in_their_name(app, runner):
+    seed(app)
+    with app.app_context():
+        org = get_or_create_org("acme")
+        user = get_or_create_user(org, "alice")
+        db.session.add(Schedule(org_id=org.id, user_id=user.id, name="nightly", cron="0 3 * * *",
+                                request={"project": "p", "command": "true", "gpu": "cpu"},
+                                next_at=utcnow()))
+        db.session.commit()
+    flask(runner, "remove-user", "alice")
+    with app.app_context():
+        assert db.session.execute(db.select(Schedule)).first() is None
+        user = get_or_create_user(get_or_create_org("acme"), "alice")
+        with pytest.raises(Forbidden, match="alice was removed: no new runs"):
+            create_run(user, parse_request({"project": "p", "command": "true", "gpu": "cpu"}))
+
+
+def test_an_org_is_mapped_to_another_account_the_site_made(app, runner):
+    seed(app)
+    assert "org acme (Slurm account lab-acme)" in flask(runner, "org-account", "acme", "lab-acme")
+    flask(runner, "create-org", "other")
+    assert "'lab-acme' is another org's" in flask(runner, "org-account", "other", "lab-acme",
+                                                   code=2)

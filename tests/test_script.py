@@ -130,7 +130,7 @@ def test_the_sites_qos_is_asked_for_unless_the_type_names_its_own():
 
 @pytest.mark.parametrize("stderr, hint", [
     ("sbatch: error: Batch job submission failed: Invalid account or account/partition "
-     "combination specified", "flask create-org NAME --account ACCOUNT"),
+     "combination specified", "flask org-account ORG ACCOUNT"),
     ("sbatch: error: Batch job submission failed: Invalid qos specification", "flask site --qos"),
     ("sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job "
      "submit limit, user's size and/or time limits)", "sacctmgr show assoc")])

@@ -94,4 +94,4 @@ def test_an_org_whose_account_the_site_never_made_is_refused_in_one_line(site2, 
     done = site2.div("run", "--gpu", "cpu", "--no-upload", "--", "true", cwd=project, org="stray")
     lines = done.stderr.decode().strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, lines
-    assert "Invalid account" in lines[0] and "flask create-org NAME --account" in lines[0]
+    assert "Invalid account" in lines[0] and "flask org-account ORG ACCOUNT" in lines[0]

@@ -7,7 +7,15 @@ import click
 from app.admin import admin_command
 from app.models import ROLES
 from app.services.offboarding import purge_volumes, remove_org, remove_user
-from app.services.orgs import add_user, find_org, find_user, get_or_create_org, org_summaries, users_by_org
+from app.services.orgs import (
+    add_user,
+    find_org,
+    find_user,
+    get_or_create_org,
+    org_summaries,
+    set_org_account,
+    users_by_org,
+)
 from app.services.passwords import set_password
 from app.services.pricing import format_usd, limit_text
 
@@ -21,6 +29,16 @@ def create_org(name: str, account: str | None) -> None:
     """Create an org (its Slurm account is made on its first run, unless the
     site makes accounts itself)."""
     org = get_or_create_org(name, account)
+    click.echo(f"org {org.name} (Slurm account {org.slurm_account})")
+
+
+@admin_command("org-account", bad_value="ACCOUNT")
+@click.argument("name")
+@click.argument("account")
+def org_account(name: str, account: str) -> None:
+    """Map an org to a Slurm account the site made: its next runs are
+    submitted and billed under it."""
+    org = set_org_account(find_org(name), account)
     click.echo(f"org {org.name} (Slurm account {org.slurm_account})")
 
 
@@ -96,5 +114,5 @@ def remove_org_command(name: str, purge: bool, yes: bool) -> None:
     click.echo(f"{name}'s volumes and code deleted from the share")
 
 
-commands = [create_org, create_user, set_password_command, orgs, users, remove_user_command,
+commands = [create_org, org_account, create_user, set_password_command, orgs, users, remove_user_command,
             remove_org_command]

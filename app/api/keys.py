@@ -29,7 +29,8 @@ def keys_list():
 @bp.post("/keys")
 @token_required
 def keys_create():
-    body = request.get_json(silent=True) or {}
+    body = request.get_json(silent=True)
+    body = body if isinstance(body, dict) else {}
     key = create_key(g.user, name=body.get("name", ""), expires_in_days=body.get("expires_in_days"))
     return jsonify(key=key, prefix=key_prefix(key)), 201
 

@@ -7,11 +7,22 @@ from __future__ import annotations
 
 import re
 
-from slurm.jobspec import CPU, GpuType
+from app.services.errors import Invalid
+from slurm.jobspec import CPU, GpuType, InvalidJobSpec
 from slurm.records import NodeRecord
+
+DOCS_NODE_GIB = GpuType(CPU, CPU).node_gib
 
 
 def propose(nodes: list[NodeRecord]) -> dict[str, GpuType]:
+    try:
+        return _propose(nodes)
+    except InvalidJobSpec as exc:
+        raise Invalid(f"Slurm names something divergent cannot put in a batch script: {exc}; "
+                      "add that type by hand (flask site gpu add)") from None
+
+
+def _propose(nodes: list[NodeRecord]) -> dict[str, GpuType]:
     catalog: dict[str, GpuType] = {}
     kinds = sorted({kind for node in nodes for kind in node.gpus if kind})
     for kind in kinds:
@@ -66,7 +77,8 @@ def _cpu_partition(nodes: list[NodeRecord]) -> str | None:
 
 
 def _sized(gpu: GpuType, nodes: list[NodeRecord], per_node: int) -> GpuType:
-    gib = min(node.memory_mib for node in nodes) // 1024
+    # A node that does not say its memory (RealMemory unset) counts as the docs'.
+    gib = min(node.memory_mib // 1024 or DOCS_NODE_GIB for node in nodes)
     return GpuType(gpu.name, gpu.partition, gpu.gres, per_node=max(1, min(per_node, 64)),
                    memory_gib=gpu.memory_gib, node_cores=max(1, min(n.cpus_total for n in nodes)),
-                   node_gib=max(1, gib))
+                   node_gib=gib)

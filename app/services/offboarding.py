@@ -11,7 +11,7 @@ import shutil
 import sqlalchemy as sa
 
 from app.extensions import db
-from app.models import ApiKey, Org, Run, User, utcnow
+from app.models import ApiKey, Org, Run, Schedule, User, utcnow
 from app.services.errors import Conflict, Unavailable
 from app.services.runs import LIVE
 from app.services.volumes import org_dir, trees_dir
@@ -22,6 +22,8 @@ def remove_user(user: User) -> int:
     now = utcnow()
     revoked = db.session.execute(sa.update(ApiKey).where(
         ApiKey.user_id == user.id, ApiKey.revoked_at.is_(None)).values(revoked_at=now)).rowcount
+    # Their schedules would go on starting runs in their name.
+    db.session.execute(sa.delete(Schedule).where(Schedule.user_id == user.id))
     user.removed_at = user.removed_at or now
     user.password_hash = None
     user.session_epoch = (user.session_epoch or 0) + 1
@@ -53,5 +55,11 @@ def purge_volumes(org: Org) -> None:
     if not shutil.rmtree.avoids_symlink_attacks:
         raise Unavailable("this platform's rmtree could follow links: purge by hand")
     for folder in (org_dir(org), trees_dir(org)):
-        if os.path.lexists(folder):
-            shutil.rmtree(folder)
+        if os.path.islink(folder):
+            raise Unavailable(f"{folder} is a link: purge by hand")
+        try:
+            if os.path.lexists(folder):
+                shutil.rmtree(folder)
+        except OSError as exc:
+            raise Unavailable(f"could not delete all of {folder}: {exc}; the rest is gone, "
+                              "run it again or delete what is left by hand") from None

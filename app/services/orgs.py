@@ -123,6 +123,20 @@ def users_by_org(org_name: str | None = None) -> list[tuple[User, str]]:
     return [(user, org) for user, org in db.session.execute(query).all()]
 
 
+def set_org_account(org: Org, account: str) -> Org:
+    """Maps the org to another Slurm account (one the site made): its next
+    runs are submitted and billed under it."""
+    if not ACCOUNT_NAME.fullmatch(account):
+        raise InvalidName(f"Slurm account names are lowercase letters, digits, - and _: "
+                          f"{account!r}")
+    other = db.session.execute(db.select(Org).filter_by(slurm_account=account)).scalar_one_or_none()
+    if other is not None and other.id != org.id:
+        raise Invalid(f"Slurm account {account!r} is another org's")
+    org.slurm_account = account
+    db.session.commit()
+    return org
+
+
 def set_monthly_limit(org: Org, text: str) -> Org:
     """An org's monthly limit as an admin writes it: dollars, or none."""
     org.monthly_limit_micros = monthly_limit(text)

@@ -76,7 +76,8 @@ def load_prices(path: str, types: Iterable[str] | None = None) -> PriceTable:
 
     Prices are strings, so no price is ever a float. With `types` (the
     catalog's), the table holds those types' prices alone: a type the
-    catalog no longer has keeps its line in the file but sells nothing."""
+    catalog no longer has sells nothing, and its line goes at the next
+    change of prices."""
     if not os.path.exists(path):
         return _for_types(PriceTable(), types)
     with open(path, "rb") as f:

@@ -18,7 +18,7 @@ from app.models import Org, Project, Run, User, iso_utc
 from app.services.catalog import catalog
 from app.services.checks import parse_check
 from app.services.code import stored_tree
-from app.services.errors import Conflict, Invalid, NotFound, Refused, Unavailable
+from app.services.errors import Conflict, Forbidden, Invalid, NotFound, Refused, Unavailable
 from app.services.pricing import current_prices, micros, minutes_for, usd_text
 from app.services.rows import add_unique
 from app.services.run_text import waiting_text
@@ -293,6 +293,8 @@ def create_run(user: User, req: RunRequest, request_key: str | None = None) -> R
     it (app/services/submissions.py). The caller has looked for a run of
     the same `request_key` first (run_for_request_key)."""
     org = user.org
+    if user.removed_at is not None or org.removed_at is not None:
+        raise Forbidden(f"{user.username} was removed: no new runs")
     sizing = size_run(org, req)
     code_dir = None
     if req.code_ref:

@@ -80,7 +80,8 @@ def schedule_json(row: Schedule) -> dict:
 def fire_due(now: datetime | None = None) -> int:
     """Starts the run of every schedule that is due; returns how many fired."""
     now = now or utcnow()
-    due = list(db.session.execute(db.select(Schedule).where(Schedule.next_at <= now)
+    due = list(db.session.execute(db.select(Schedule).join(User, User.id == Schedule.user_id)
+                                  .where(Schedule.next_at <= now, User.removed_at.is_(None))
                                   .order_by(Schedule.next_at)).scalars())
     for row in due:
         schedule_id = row.id

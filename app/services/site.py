@@ -270,7 +270,8 @@ def site_data(site: Site) -> dict:
 def _as_renamed_docs(catalog: dict[str, GpuType]) -> tuple[int, dict, dict] | None:
     """(GPUs a node, partitions, GRES names) when `catalog` is the docs' with
     names changed; None when it is a catalog of the site's own."""
-    if list(catalog) != [*GPU_TYPES, CPU] or any(catalog[t].gres == "gpu" for t in GPU_TYPES):
+    if list(catalog) != [*GPU_TYPES, CPU] or not catalog[CPU].is_cpu or any(
+            catalog[t].is_cpu or catalog[t].gres == "gpu" for t in GPU_TYPES):
         return None
     per_node = catalog[GPU_TYPES[0]].per_node
     partitions = {n: gpu.partition for n, gpu in catalog.items() if gpu.partition != n}
