@@ -84,3 +84,9 @@ def test_durations():
 ])
 def test_why_a_job_waits(reason, expected):
     assert explain_pending(reason, "8 x H100") == expected
+
+
+def test_a_broken_site_file_never_keeps_a_runs_words_from_being_shown(app_context, tmp_path):
+    (tmp_path / "site.toml").write_text("[slurm\n")
+    app_context.config["DIV_SITE_FILE"] = str(tmp_path / "site.toml")
+    assert hardware(run(cpus=8, memory_gib=64)) == "H100, 8 cores, 64 GiB"

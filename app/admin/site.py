@@ -154,8 +154,10 @@ def gpu_add(name, partition, gres, per_node, price, cores, memory, node_cores, n
               "memory": memory, "node_cores": node_cores, "node_memory": node_memory,
               "constraint": constraint, "qos": qos}
     current = with_gpu_type(load_site(), name, {k: v for k, v in values.items() if v is not None})
+    # The price first: a stop between the two writes leaves a price nothing
+    # sells yet, never a type on sale without one.
+    change_prices({name: price}, current.slurm.catalog)
     click.echo(f"saved {save_site(current)}", err=True)
-    change_prices({name: price})
     _catalog_table(current.slurm.catalog, current_prices().per_unit_hour)
 
 

@@ -8,18 +8,25 @@ from __future__ import annotations
 from app.services.errors import Unavailable
 from app.services.pricing import current_prices, usd_text
 from app.services.slurm_access import slurm_site
-from slurm.jobspec import CPU, GpuType
+from slurm.jobspec import GpuType, default_catalog
 
 
 def catalog() -> dict[str, GpuType]:
     return slurm_site().catalog
 
 
+DOCS = default_catalog()
+
+
 def gpu_type(name: str) -> GpuType:
-    """The catalog's type, or the docs' defaults for one it no longer has
-    (an old run's, shown or billed as it was sized)."""
-    return catalog().get(name) or GpuType(name, name, None if name == CPU else "gpu",
-                                          memory_gib=2 if name == CPU else 8)
+    """The catalog's type for a run's words (its hardware in the header), or
+    the docs' for one the catalog no longer has, or while the site file is
+    broken: showing a run never depends on the site's settings."""
+    try:
+        known = catalog().get(name)
+    except Unavailable:
+        known = None
+    return known or DOCS.get(name) or GpuType(name, name, "gpu")
 
 
 def catalog_json() -> dict:

@@ -140,10 +140,12 @@ def current_prices() -> PriceTable:
         raise Unavailable(f"the site's price table is broken: {exc}") from None
 
 
-def change_prices(changes: dict[str, str]) -> PriceTable:
+def change_prices(changes: dict[str, str], types: Iterable[str] | None = None) -> PriceTable:
     """The price table with `changes` (see with_prices), saved: new runs use
-    it; a run keeps the rate it started with."""
-    table = with_prices(current_prices(), changes, slurm_site().catalog)
+    it; a run keeps the rate it started with. `types`: the catalog the
+    prices are for (the site's, unless one about to be saved)."""
+    table = with_prices(current_prices(), changes,
+                        slurm_site().catalog if types is None else types)
     save_prices(current_app.config["DIV_PRICES_FILE"], table)
     return table
 
