@@ -3,7 +3,6 @@ with its catalog of hardware (GpuType), and the strict patterns every user
 value is checked against before it can reach a batch script."""
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
@@ -85,7 +84,7 @@ class GpuType:
         return self.gres is None
 
     def nodes_for(self, units: int) -> int:
-        return 1 if self.is_cpu else max(1, math.ceil(units / self.per_node))
+        return 1 if self.is_cpu else max(1, -(-units // self.per_node))
 
 
 def default_catalog(per_node: int = 8, partitions: dict[str, str] | None = None,
@@ -171,7 +170,7 @@ class JobSpec:
         return self.hardware(site).nodes_for(self.gpus)
 
     def per_node(self, total: int, site: SlurmSite) -> int:
-        return math.ceil(total / self.nodes(site))
+        return -(-total // self.nodes(site))
 
 
 def _check(pattern: re.Pattern, value: str, what: str) -> None:

@@ -156,3 +156,11 @@ def test_a_docs_type_changed_into_a_cpu_like_type_is_saved_as_the_sites_catalog(
     app.config["DIV_SITE_FILE"] = str(tmp_path / "site.toml")
     flask(runner, "site", "gpu", "add", "l40s", "--partition", "x", "--price", "1")
     assert "[gpu.l40s]" in (tmp_path / "site.toml").read_text()
+
+
+@pytest.mark.parametrize("gpus, says", [(10**30, "at most 2048"), (4096, "at most 2048")])
+def test_a_run_asks_for_at_most_256_nodes_of_gpus(app_context, gpus, says):
+    with pytest.raises(Invalid, match=says):
+        parse_request({"project": "p", "command": "true", "gpu": "h100", "gpus": gpus})
+    with pytest.raises(Invalid, match="at most 64"):
+        parse_request({"project": "p", "command": "true", "gpu": "cpu", "gpus": 65})

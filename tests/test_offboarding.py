@@ -8,6 +8,7 @@ import re
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from app.extensions import db
 from app.models import ApiKey, Project, Run, Schedule, User, utcnow
@@ -121,3 +122,14 @@ def test_an_org_is_mapped_to_another_account_the_site_made(app, runner):
     flask(runner, "create-org", "other")
     assert "'lab-acme' is another org's" in flask(runner, "org-account", "other", "lab-acme",
                                                    code=2)
+
+
+def test_a_key_request_that_is_not_a_json_object_makes_no_key(app, client):
+    key = seed(app)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    for body in ('{"expires_in_days": 1' + "0" * 50, "[30]", '"x"'):
+        answer = client.post("/api/v1/keys", data=body, headers=headers)
+        assert answer.status_code == 400, (body, answer.get_data(as_text=True))
+    assert client.post("/api/v1/keys", headers={"Authorization": f"Bearer {key}"}).status_code == 201
+    with app.app_context():
+        assert db.session.execute(db.select(sa.func.count()).select_from(ApiKey)).scalar() == 2

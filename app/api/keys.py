@@ -8,7 +8,7 @@ from flask import g, jsonify, request
 from app.api import bp
 from app.api.auth import token_required
 from app.models import iso_utc
-from app.services.errors import NotFound
+from app.services.errors import Invalid, NotFound
 from app.services.keys import create_key, key_prefix, keys_of, revoke_key
 
 
@@ -29,8 +29,10 @@ def keys_list():
 @bp.post("/keys")
 @token_required
 def keys_create():
-    body = request.get_json(silent=True)
-    body = body if isinstance(body, dict) else {}
+    body = request.get_json(silent=True) if request.get_data() else {}
+    if not isinstance(body, dict):
+        # A body that asked for an expiry must never make a key without one.
+        raise Invalid("send the key's settings as a JSON object (or no body)")
     key = create_key(g.user, name=body.get("name", ""), expires_in_days=body.get("expires_in_days"))
     return jsonify(key=key, prefix=key_prefix(key)), 201
 

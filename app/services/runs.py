@@ -154,13 +154,20 @@ def _validate(req: RunRequest) -> None:
         raise Invalid(f"invalid code reference {req.code_ref!r}")
 
 
+# More nodes than any run asks for: a bound on the numbers that reach sbatch.
+MAX_NODES = 256
+
+
 def _validate_hardware(req: RunRequest, types: dict[str, GpuType]) -> None:
     gpu = types.get(req.gpu)
     if gpu is None:
         raise Invalid(f"gpu must be one of {', '.join(types)}")
     per_node = gpu.per_node
-    if req.gpus < 1 or (not gpu.is_cpu and req.gpus > per_node and req.gpus % per_node):
-        raise Invalid(f"gpus must be 1 to {per_node}, or whole nodes of {per_node}")
+    most = gpu.node_cores if gpu.is_cpu else per_node * MAX_NODES
+    if not 1 <= req.gpus <= most or (not gpu.is_cpu and req.gpus > per_node
+                                     and req.gpus % per_node):
+        raise Invalid(f"gpus must be 1 to {per_node}, or whole nodes of {per_node} "
+                      f"(at most {most})")
     nodes = gpu.nodes_for(req.gpus)
     if req.cpus is not None and not 1 <= req.cpus <= gpu.node_cores * nodes:
         raise Invalid(f"cpu must be 1 to {gpu.node_cores} cores a node")
