@@ -150,7 +150,9 @@ class Run(db.Model):
     cost_micros: Mapped[int] = mapped_column(sa.BigInteger, default=0)
 
     exit_code: Mapped[int | None]
-    elapsed_seconds: Mapped[int | None]
+    elapsed_seconds: Mapped[int | None]        # every attempt's, when Slurm requeued it
+    # Attempts before the current one: Slurm requeues a run whose node failed.
+    restarts: Mapped[int] = mapped_column(default=0, server_default="0")
     metrics: Mapped[dict] = mapped_column(sa.JSON, default=dict)
     # How far the reconciler has read the run's metrics.jsonl, and what it saw.
     metrics_offset: Mapped[int] = mapped_column(sa.BigInteger, default=0)

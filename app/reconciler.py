@@ -58,6 +58,7 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None,
         run.started_at = run.started_at or _moment(record.start)
     if record.elapsed_seconds is not None:
         run.elapsed_seconds = record.elapsed_seconds
+    run.restarts = max(run.restarts or 0, record.restarts)
     if run.started_at is not None:
         run.cost_micros = cost(run.rate_micros_per_hour, run.elapsed_seconds or 0,
                                run.time_limit_minutes)
@@ -101,6 +102,29 @@ def _read_metrics(run: Run, state_dir: str, final: bool, budget: int) -> bool:
     return seen.caught_up
 
 
+# What a run stopped because its attempts used up its time limit ends as.
+SPENT = {"spend": "budget_exceeded", "org": "limit_reached", "maxtime": "failed"}
+
+
+def shorten_after_restart(run: Run, record: JobRecord) -> bool:
+    """A requeued run's next attempt gets what its time limit has left after
+    the earlier ones (billed per started minute), so its spend limit holds
+    over every attempt; none left stops it. Whether Slurm took the change."""
+    left = run.time_limit_minutes - -(-record.earlier_seconds // 60)
+    try:
+        if left >= 1:
+            slurm_client().shorten(run.slurm_job_id, left)
+            log.info("%s restarted (attempt %d): %d minutes left", run.name,
+                     record.restarts + 1, left)
+        else:
+            slurm_client().cancel(run.slurm_job_id)
+            run.stopped_for = SPENT.get(run.time_limit_by or "spend", "budget_exceeded")
+    except SlurmError as exc:
+        log.warning("could not shorten %s after its restart: %s", run.name, exc)
+        return False
+    return True
+
+
 def stop_orgs_at_their_limit(live: list[Run], orgs: dict[int, Org]) -> None:
     """Cancels the live runs of each org whose month's spend (live runs'
     accrued cost included) has reached its limit; they end limit_reached.
@@ -141,7 +165,7 @@ def follow_jobs() -> int:
         if record is None:
             continue   # just submitted: neither squeue nor sacct has it yet
         before = (run.status, run.pending_reason, run.elapsed_seconds)
-        offset = run.metrics_offset or 0
+        offset, restarts = run.metrics_offset or 0, run.restarts or 0
         try:
             settle(run, record, run_dir(orgs[run.org_id], run.name),
                    min(CYCLE_BUDGET, metrics_left[run.org_id]))
@@ -150,6 +174,9 @@ def follow_jobs() -> int:
             log.exception("could not settle %s; it is tried again next cycle", run.name)
             db.session.expire(run)
             continue
+        if run.restarts > restarts and run.status in LIVE and run.time_limit_minutes \
+                and not shorten_after_restart(run, record):
+            run.restarts = restarts   # tried again next cycle
         changed += before != (run.status, run.pending_reason, run.elapsed_seconds)
     db.session.flush()
     stop_orgs_at_their_limit(live, orgs)

@@ -19,9 +19,11 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 RESERVED_ENV = re.compile(
     r"^(?:(?:SLURM|SLURMD|SRUN|SBATCH|SALLOC|SPANK|DIV|div|BASH_FUNC)_.*"
-    r"|BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|NNODES|NODE_RANK|MASTER_ADDR|MASTER_PORT)$")
+    r"|BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|NNODES|NODE_RANK|MASTER_ADDR|MASTER_PORT"
+    r"|PET_NNODES|PET_NODE_RANK|PET_MASTER_ADDR|PET_MASTER_PORT|WORLD_SIZE|RANK)$")
 RESERVED_TEXT = ("SLURM_*, DIV_*, BASH_ENV, ENV, BASH_FUNC_* and the names divergent sets "
-                 "for a run (NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT) are reserved")
+                 "for a run (NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, "
+                 "PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT) are reserved")
 MEMORY = re.compile(r"^(\d+)(G|GiB)?$")
 USD = re.compile(r"^\$?(\d+(?:\.\d{1,2})?)$")
 CHECK = re.compile(r"^([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)(>=|<=|==|!=|>|<)(.+)$")

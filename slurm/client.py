@@ -132,6 +132,10 @@ class SlurmClient:
     def cancel(self, job_id: str) -> None:
         self._run(["scancel", _job_id(job_id)])
 
+    def shorten(self, job_id: str, minutes: int) -> None:
+        """Lowers a job's time limit (any user may lower their own job's)."""
+        self._run(["scontrol", "update", f"JobId={_job_id(job_id)}", f"TimeLimit={int(minutes)}"])
+
     def query(self, job_ids: list[str], squeue_alone: bool = False) -> dict[str, JobRecord]:
         """Records for many jobs in one squeue and one sacct call. With
         `squeue_alone`, an accounting that does not answer (slurmdbd down)
@@ -146,7 +150,9 @@ class SlurmClient:
                          ok_errors=("Invalid job id",)).stdout
         try:
             # Steps too: an out-of-memory kill shows only in a step's state.
-            accounted = self._run(["sacct", "--noheader", "--parsable2", f"--jobs={ids}",
+            # Every attempt of a requeued job (--duplicates): each is billed.
+            accounted = self._run(["sacct", "--noheader", "--parsable2", "--duplicates",
+                                   f"--jobs={ids}",
                                    f"--format={SACCT_FIELDS}"]).stdout
         except SlurmError as exc:
             if not squeue_alone:

@@ -30,7 +30,8 @@ ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # values only ever reach its sandbox, so this is defence in depth.
 RESERVED_ENV = re.compile(
     r"^(?:(?:SLURM|SLURMD|SRUN|SBATCH|SALLOC|SPANK|DIV|div|BASH_FUNC)_.*"
-    r"|BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|NNODES|NODE_RANK|MASTER_ADDR|MASTER_PORT)$")
+    r"|BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|NNODES|NODE_RANK|MASTER_ADDR|MASTER_PORT"
+    r"|PET_NNODES|PET_NODE_RANK|PET_MASTER_ADDR|PET_MASTER_PORT|WORLD_SIZE|RANK)$")
 # Images are passed quoted, but a strict shape keeps odd refs out of logs too.
 IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
 

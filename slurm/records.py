@@ -24,8 +24,10 @@ class JobRecord:
     signal: int | None = None
     start: int | None = None   # epoch seconds
     end: int | None = None
-    elapsed_seconds: int | None = None
+    elapsed_seconds: int | None = None   # every attempt's, when Slurm requeued it
     nodes: str = ""
+    restarts: int = 0          # attempts before this one (a node failed, ...)
+    earlier_seconds: int = 0   # their elapsed seconds
 
     @property
     def finished(self) -> bool:
@@ -53,11 +55,14 @@ def parse_squeue(output: str) -> dict[str, JobRecord]:
 
 
 def parse_sacct(output: str) -> dict[str, JobRecord]:
-    """One record per job, from its allocation line. Of its steps' lines
-    ("87.batch", "87.0") only one fact is kept: a step that ran out of
-    memory makes a FAILED job OUT_OF_MEMORY (the cgroup kill shows there;
-    the job itself ends FAILED 9:0)."""
-    records, out_of_memory = {}, set()
+    """One record per job, from its allocation lines (`--duplicates`: one per
+    attempt when Slurm requeued it, oldest first): the newest attempt's, with
+    the earlier ones' count and seconds. Of its steps' lines ("87.batch",
+    "87.0") only one fact is kept: a step that ran out of memory makes a
+    FAILED job OUT_OF_MEMORY (the cgroup kill shows there; the job itself
+    ends FAILED 9:0)."""
+    records: dict[str, JobRecord] = {}
+    out_of_memory = set()
     for line in output.splitlines():
         if not line:
             continue
@@ -67,7 +72,7 @@ def parse_sacct(output: str) -> dict[str, JobRecord]:
                 out_of_memory.add(job_id.split(".", 1)[0])
             continue
         code, _, sig = exit_code.partition(":")
-        records[job_id] = JobRecord(
+        record = JobRecord(
             job_id,
             # "CANCELLED by 0": the uid that cancelled is not part of the state.
             state.split(" ", 1)[0],
@@ -79,6 +84,17 @@ def parse_sacct(output: str) -> dict[str, JobRecord]:
             elapsed_seconds=int(elapsed) if elapsed.isdigit() else None,
             nodes="" if nodes == "None assigned" else nodes,
         )
+        earlier = records.get(job_id)
+        if earlier is not None:
+            record.restarts = earlier.restarts + 1
+            record.earlier_seconds = earlier.elapsed_seconds or 0
+            record.elapsed_seconds = record.earlier_seconds + (record.elapsed_seconds or 0)
+        if record.state == "REQUEUED":
+            # This attempt has ended and the next has no line yet: the job
+            # waits to start again.
+            record = replace(record, restarts=record.restarts + 1, end=None,
+                             earlier_seconds=record.elapsed_seconds or 0)
+        records[job_id] = record
     for job_id in out_of_memory:
         if job_id in records and records[job_id].state == "FAILED":
             records[job_id].state = "OUT_OF_MEMORY"
@@ -94,17 +110,37 @@ def merge(live: dict[str, JobRecord], accounted: dict[str, JobRecord],
     merged = dict(accounted)
     for job_id, record in live.items():
         final = accounted.get(job_id)
-        if final is not None and final.finished:
+        again = final is not None and _started_again(record, final)
+        if final is not None and final.finished and not again:
             # sacct can name only the batch host for a moment after the end.
             if record.nodes:
                 merged[job_id] = replace(final, nodes=record.nodes)
             continue
+        if again:
+            record = replace(record, restarts=final.restarts + 1,
+                             earlier_seconds=final.elapsed_seconds or 0)
+        elif final is not None:
+            record = replace(record, restarts=final.restarts,
+                             earlier_seconds=final.earlier_seconds)
         if record.start is not None and record.state in LIVE_STATES - {"PENDING"}:
             # Live only: an ended job squeue still lists (sacct down) keeps
             # what it had accrued, and a job canceled while pending none.
-            record = replace(record, elapsed_seconds=max(0, now - record.start))
+            record = replace(record, elapsed_seconds=record.earlier_seconds
+                             + max(0, now - record.start))
+        elif record.restarts:
+            record = replace(record, elapsed_seconds=record.earlier_seconds)
         merged[job_id] = record
     return merged
+
+
+def _started_again(live: JobRecord, final: JobRecord) -> bool:
+    """Whether squeue's record is of a later attempt than sacct's newest
+    line: Slurm requeued the job (a node failed) after that attempt ended."""
+    if not final.finished:
+        return False
+    return live.state == "PENDING" or (
+        live.start is not None and final.end is not None and live.start >= final.end
+        and live.state in LIVE_STATES)
 
 
 # Slurm state -> run status (DESIGN.md "States"). CANCELLED and TIMEOUT are

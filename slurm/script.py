@@ -22,11 +22,22 @@ METRICS_PATH = "/div/metrics.jsonl"
 # The run's secrets, in its state folder (0600) until the batch script has
 # read them: never in the script itself, which Slurm and admins keep.
 SECRETS_FILE = "secrets.env"
+# A run whose node fails is requeued by Slurm (--requeue) at most this many
+# times; the attempt after that ends at once, failed, saying so in its log.
+MAX_RESTARTS = 3
+# SIGUSR1 at least this long before Slurm ends a run at its time limit (its
+# spend limit, the org's, the partition's MaxTime): time to write a
+# checkpoint. Slurm sends it up to a minute earlier than asked (its timer's
+# grain), so 45 to 105 s before: even a two-minute run is warned after it
+# has started, not before its program could catch it.
+WARNING_SIGNAL, WARNING_SECONDS = "USR1", 45
 
 # The first command inside the sandbox: the run's env and secrets become
 # environment variables here and nowhere else, divergent's own div_* values
 # go, and the run's command is evaluated once, by the run's own shell.
-LAUNCH = ('eval "$div_env_decl"; eval "$div_secrets_decl"; '
+# SIGUSR1 (the warning) starts ignored, so that a program that never asks for
+# it is not ended by it a minute early; one that installs a handler gets it.
+LAUNCH = ('trap "" USR1; eval "$div_env_decl"; eval "$div_secrets_decl"; '
           'for div_kv in "${div_env[@]}" "${div_secrets[@]}"; do export -- "$div_kv"; done; '
           '_div_command=$div_command; unset -v "${!div_@}"; '
           'exec /bin/bash -c "$_div_command"')
@@ -40,7 +51,12 @@ div_node() {
     # messages ("task 0: Exited with exit code 3") never mix into the log.
     exec >>"$div_state/stdout" 2>>"$div_state/stderr"
     eval "$div_bind_paths_decl"
-    export NODE_RANK=$SLURM_NODEID
+    # One process a node: torch.distributed's env:// and torchrun (PET_*)
+    # read the node's place in the run from these.
+    export NODE_RANK=$SLURM_NODEID PET_NODE_RANK=$SLURM_NODEID RANK=$SLURM_NODEID
+    # Slurm's warning (--signal) comes to this shell alone, Slurm's task:
+    # div_warn passes it on to every process of the run.
+    trap div_warn USR1
     scratch=$(mktemp -d "$div_scratch_root/div-$DIV_RUN.XXXXXX") || exit 1
     trap div_cleanup EXIT
     trap 'exit 143' TERM INT
@@ -54,10 +70,31 @@ div_node() {
         name=$(basename "$dir")
         [[ -d $dir && $name =~ ^[a-z0-9_-][a-z0-9._-]{0,62}$ ]] && volumes+=("$name")
     done
-    div_exec
-    local rc=$?
+    # In the background, with the warning ignored (bwrap, apptainer and the
+    # run's processes inherit that), so that `wait` gives way to div_warn.
+    (trap '' USR1; div_exec) &
+    div_child=$!
+    local rc
+    while :; do
+        wait "$div_child"
+        rc=$?
+        # Over 128 with the child alive: a trap ended the wait, not the child.
+        [ "$rc" -gt 128 ] && kill -0 "$div_child" 2>/dev/null || break
+    done
     echo "$rc" >"$div_state/exit.$SLURM_NODEID"
+    # The first rank to fail gives the run its exit code: the others may
+    # fail because it did. Made once (noclobber opens with O_EXCL).
+    [ "$rc" = 0 ] || (set -C; echo "$rc" >"$div_state/exit.first") 2>/dev/null
     exit "$rc"
+}
+
+# Every process under the runtime's (div_child): ours ignore the warning,
+# and so does each of the run's that has not asked for it (see LAUNCH).
+div_warn() {
+    kill -USR1 $(ps -e -o pid=,ppid= | awk -v root="$div_child" '
+        { parent[$1] = $2 }
+        END { for (p in parent) { q = p; while (q != root && q in parent) q = parent[q]
+                                  if (q == root) print p } }') 2>/dev/null
 }
 
 # Stored trees are bound over the volume's own code/ folder, when that is a
@@ -108,6 +145,7 @@ div_exec() {
         --proc /proc --dev /dev --tmpfs /tmp
         --bind "$scratch/mnt" /mnt --bind "$scratch/workspace" /workspace
         --bind "$div_state/metrics.jsonl" "$DIV_METRICS"
+        --bind "$scratch/python" /div/python
         --setenv HOME /workspace --chdir /workspace)
     local etc
     for etc in passwd group nsswitch.conf hosts hostname resolv.conf host.conf gai.conf \
@@ -122,7 +160,9 @@ div_exec() {
         args+=(--bind "$div_volumes_dir/$v" "/mnt/$v")
         div_has_trees "$v" && args+=(--ro-bind "$div_trees_dir/$v" "/mnt/$v/code")
     done
-    bwrap "${args[@]}" /bin/bash -c "$div_launch"
+    mkdir -p "$scratch/python"
+    bwrap "${args[@]}" /bin/bash -c "$div_python_env
+$div_launch"
 }
 '''
 
@@ -158,15 +198,44 @@ div_exec() {
 }
 '''
 
+# Runtime `none`, inside the sandbox before LAUNCH: a Python environment of
+# the run's own over the node's (whose packages, torch included, stay
+# visible), so that `pip install` works with /usr read-only. On the node's
+# scratch disk (bound at /div/python), not in memory; about 60 ms.
+PYTHON_ENV = r'''if python3 -m venv --system-site-packages --without-pip /div/python 2>/dev/null; then
+    for div_pip in pip pip3; do
+        printf '#!/bin/sh\nexec /div/python/bin/python -m pip "$@"\n' >/div/python/bin/$div_pip
+        chmod +x /div/python/bin/$div_pip
+    done
+    export VIRTUAL_ENV=/div/python PATH="/div/python/bin:$PATH"
+fi'''
+
 EXEC = {"none": EXEC_NONE, "pyxis": EXEC_PYXIS, "apptainer": EXEC_APPTAINER}
 
-# The batch step: the node function once per node; rank 0's exit code is the
-# run's, and any rank's failure fails it.
+# Each attempt: its deadline (when Slurm ends it at its time limit, if it has
+# one), and after a node failure a line in the log and at most MAX_RESTARTS
+# restarts.
+ATTEMPT = rf'''
+div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e 2>/dev/null)
+[[ $div_end =~ ^[0-9]+$ ]] && export DIV_DEADLINE=$div_end
+if [ "$DIV_RESTART_COUNT" -gt {MAX_RESTARTS} ]; then
+    echo "divergent: $DIV_RUN gives up: its nodes failed $DIV_RESTART_COUNT times" >>"$div_state/stderr"
+    exit 1
+elif [ "$DIV_RESTART_COUNT" -gt 0 ]; then
+    echo "divergent: $DIV_RUN restarted after a node failure: attempt $((DIV_RESTART_COUNT + 1)) of at most {MAX_RESTARTS + 1}, on $SLURM_JOB_NODELIST" >>"$div_state/stderr"
+fi
+'''
+
+# The batch step: the node function once per node; the first rank to fail
+# gives the run its exit code (srun then ends the others), else rank 0's.
 MAIN = r'''
+rm -f "$div_state"/exit.*
 srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
-    /bin/bash -c "$(declare -f div_node div_has_trees div_is_volume div_cleanup div_exec); div_node" \
+    /bin/bash -c "$(declare -f div_node div_warn div_has_trees div_is_volume div_cleanup div_exec); div_node" \
     >>"$div_state/slurm.log" 2>&1
 rc=$?
+first=$(cat "$div_state/exit.first" 2>/dev/null)
+[ -n "$first" ] && exit "$first"
 rank0=$(cat "$div_state/exit.0" 2>/dev/null || echo "$rc")
 [ "$rank0" != 0 ] && exit "$rank0"
 exit "$rc"
@@ -206,9 +275,11 @@ def sbatch_directives(spec: JobSpec, site: SlurmSite) -> list[str]:
         # The server's own environment (its database URL, its keys) must not
         # reach a run: the script sets everything a run sees.
         "--export=NONE",
-        # A node failure ends the run (failed) instead of Slurm running it
-        # again behind the run's back, unbilled and unfollowed.
-        "--no-requeue",
+        # A node failure requeues the job: the same run, attempt after attempt
+        # (DIV_RESTART_COUNT), each billed. A cancel, a time limit or a
+        # failing exit code never does.
+        "--requeue",
+        f"--signal={WARNING_SIGNAL}@{WARNING_SECONDS}",
     ]
     return ["#SBATCH " + line for line in lines]
 
@@ -236,10 +307,16 @@ def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
         "export " + _assign("DIV_RUN", spec.run_name),
         "export " + _assign("DIV_PROJECT", spec.project),
         "export " + _assign("DIV_METRICS", METRICS_PATH),
-        'export NNODES="$SLURM_JOB_NUM_NODES"',
+        # The run's world, under the names torchrun (PET_*) and
+        # torch.distributed's env:// read; the node's rank is set per node.
+        'export NNODES="$SLURM_JOB_NUM_NODES" PET_NNODES="$SLURM_JOB_NUM_NODES" '
+        'WORLD_SIZE="$SLURM_JOB_NUM_NODES"',
         'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        'export PET_MASTER_ADDR="$MASTER_ADDR"',
         # Per job, so that two jobs sharing a node never collide.
         "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 40000))",
+        'export PET_MASTER_PORT="$MASTER_PORT"',
+        'export DIV_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"',
         "export " + _assign("div_state", spec.state_dir),
         "export " + _assign("div_volumes_dir", spec.volumes_dir),
         "export " + _assign("div_trees_dir", spec.trees_dir or ""),
@@ -249,6 +326,7 @@ def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
         "export " + _assign("div_scratch_root", site.scratch_root),
         "export " + _assign("div_gpus", "no" if spec.hardware(site).is_cpu else "yes"),
         "export " + _assign("div_launch", LAUNCH),
+        "export " + _assign("div_python_env", PYTHON_ENV if site.runtime == "none" else ""),
         # Arrays do not cross srun's environment: a declaration does.
         "export div_bind_paths_decl=" + shlex.quote(
             _array_declaration("div_bind_paths", list(site.bind_paths))),
@@ -270,11 +348,12 @@ def render_batch_script(spec: JobSpec, site: SlurmSite) -> str:
     body = [
         "set -u",
         *values_block(spec, site),
+        # Kept until the run ends (the reconciler deletes it): an attempt
+        # after a node failure needs the secrets again.
         "div_secrets_decl=",
-        f'if [ -e "$div_state/{SECRETS_FILE}" ]; then',
-        f'    div_secrets_decl=$(<"$div_state/{SECRETS_FILE}") && rm -f "$div_state/{SECRETS_FILE}"',
-        "fi",
+        f'[ -e "$div_state/{SECRETS_FILE}" ] && div_secrets_decl=$(<"$div_state/{SECRETS_FILE}")',
         "export div_secrets_decl",
         ': >>"$div_state/metrics.jsonl"',
     ]
-    return "\n".join(header + [""] + body) + "\n" + NODE_FUNCTIONS + EXEC[site.runtime] + MAIN
+    return ("\n".join(header + [""] + body) + "\n" + ATTEMPT + NODE_FUNCTIONS
+            + EXEC[site.runtime] + MAIN)

@@ -67,6 +67,33 @@ def test_with_squeue_alone_an_ended_job_accrues_nothing_more():
     assert not merged["70"].finished
 
 
+def test_a_requeued_job_is_one_record_with_every_attempt_s_seconds():
+    # sacct --duplicates after a node failure: the attempt that failed, then the one now.
+    accounted = parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None\n"
+                            "80.batch|CANCELLED|0:15|1000|1070|70|node2|\n"
+                            "80|COMPLETED|0:0|1100|1130|30|node3|None\n")
+    record = accounted["80"]
+    assert (record.state, record.restarts, record.earlier_seconds, record.elapsed_seconds) == \
+        ("COMPLETED", 1, 70, 100)
+    # Requeued and waiting: the ended attempt's line only, or a REQUEUED one.
+    waiting = merge(parse_squeue("80|PENDING|BeginTime|1200|\n"),
+                    parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None\n"), now=1150)
+    assert (waiting["80"].state, waiting["80"].restarts, waiting["80"].elapsed_seconds) == \
+        ("PENDING", 1, 70)
+    requeued = parse_sacct("81|REQUEUED|0:0|1000|1010|10|node1|None\n")["81"]
+    assert not requeued.finished and (requeued.restarts, requeued.earlier_seconds) == (1, 10)
+    # Running again before sacct has its line: the live attempt adds to the earlier ones.
+    again = merge(parse_squeue("80|RUNNING|None|1100|node3\n"),
+                  parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None\n"), now=1120)
+    assert (again["80"].state, again["80"].restarts, again["80"].elapsed_seconds) == \
+        ("RUNNING", 1, 90)
+    # ... and once it has: the same.
+    later = merge(parse_squeue("80|RUNNING|None|1100|node3\n"),
+                  parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None\n"
+                              "80|RUNNING|0:0|1100|Unknown|20|node3|None\n"), now=1120)
+    assert (later["80"].restarts, later["80"].elapsed_seconds) == (1, 90)
+
+
 def test_states_map_as_the_design_says():
     records = parse_sacct(SACCT)
     assert [run_status(records[j]) for j in ("41", "42", "43", "44", "45")] == [

@@ -432,7 +432,7 @@ def run_json(run: Run) -> dict:
         "time_limit_minutes": run.time_limit_minutes,
         "metrics": run.metrics or {}, "metrics_points": run.metrics_points or 0,
         "metrics_malformed": run.metrics_malformed or 0, "checks": run.checks or [],
-        "slurm_job_id": run.slurm_job_id,
+        "slurm_job_id": run.slurm_job_id, "restarts": run.restarts or 0,
     }
 
 

@@ -7,7 +7,7 @@
 # MaxTime, QoS enforced, accounts made by the admin beforehand).
 PROFILE=${DIV_DEV_PROFILE:-docs}
 case "$PROFILE" in
-    docs) NODES=${DIV_DEV_NODES:-2}; CLUSTER=${DIV_DEV_CLUSTER:-divdev}; SUFFIX= ;;
+    docs) NODES=${DIV_DEV_NODES:-4}; CLUSTER=${DIV_DEV_CLUSTER:-divdev}; SUFFIX= ;;
     site2) NODES=3; CLUSTER=divsite2; SUFFIX=-site2 ;;
     *) echo "slurm/dev: error: DIV_DEV_PROFILE is docs or site2, not $PROFILE" >&2; exit 1 ;;
 esac

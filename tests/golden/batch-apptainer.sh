@@ -14,7 +14,8 @@
 #SBATCH --error=/srv/div/runs/acme/run-k4t9/slurm.log
 #SBATCH --open-mode=append
 #SBATCH --export=NONE
-#SBATCH --no-requeue
+#SBATCH --requeue
+#SBATCH --signal=USR1@45
 
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -22,9 +23,12 @@ export div_env_decl='div_env=(LR=3e-4)'
 export DIV_RUN=run-k4t9
 export DIV_PROJECT=classifier
 export DIV_METRICS=/div/metrics.jsonl
-export NNODES="$SLURM_JOB_NUM_NODES"
+export NNODES="$SLURM_JOB_NUM_NODES" PET_NNODES="$SLURM_JOB_NUM_NODES" WORLD_SIZE="$SLURM_JOB_NUM_NODES"
 export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+export PET_MASTER_ADDR="$MASTER_ADDR"
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 40000))
+export PET_MASTER_PORT="$MASTER_PORT"
+export DIV_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"
 export div_state=/srv/div/runs/acme/run-k4t9
 export div_volumes_dir=/srv/div/share/acme
 export div_trees_dir=/srv/div/trees/acme
@@ -33,21 +37,34 @@ export div_command='python -u -c '"'"'from train import run; run()'"'"''
 export div_image=pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime
 export div_scratch_root=/tmp
 export div_gpus=yes
-export div_launch='eval "$div_env_decl"; eval "$div_secrets_decl"; for div_kv in "${div_env[@]}" "${div_secrets[@]}"; do export -- "$div_kv"; done; _div_command=$div_command; unset -v "${!div_@}"; exec /bin/bash -c "$_div_command"'
+export div_launch='trap "" USR1; eval "$div_env_decl"; eval "$div_secrets_decl"; for div_kv in "${div_env[@]}" "${div_secrets[@]}"; do export -- "$div_kv"; done; _div_command=$div_command; unset -v "${!div_@}"; exec /bin/bash -c "$_div_command"'
+export div_python_env=''
 export div_bind_paths_decl='div_bind_paths=(/opt/conda)'
 div_secrets_decl=
-if [ -e "$div_state/secrets.env" ]; then
-    div_secrets_decl=$(<"$div_state/secrets.env") && rm -f "$div_state/secrets.env"
-fi
+[ -e "$div_state/secrets.env" ] && div_secrets_decl=$(<"$div_state/secrets.env")
 export div_secrets_decl
 : >>"$div_state/metrics.jsonl"
+
+div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e 2>/dev/null)
+[[ $div_end =~ ^[0-9]+$ ]] && export DIV_DEADLINE=$div_end
+if [ "$DIV_RESTART_COUNT" -gt 3 ]; then
+    echo "divergent: $DIV_RUN gives up: its nodes failed $DIV_RESTART_COUNT times" >>"$div_state/stderr"
+    exit 1
+elif [ "$DIV_RESTART_COUNT" -gt 0 ]; then
+    echo "divergent: $DIV_RUN restarted after a node failure: attempt $((DIV_RESTART_COUNT + 1)) of at most 4, on $SLURM_JOB_NODELIST" >>"$div_state/stderr"
+fi
 
 div_node() {
     # The run's own output goes straight to its files, so that srun's own
     # messages ("task 0: Exited with exit code 3") never mix into the log.
     exec >>"$div_state/stdout" 2>>"$div_state/stderr"
     eval "$div_bind_paths_decl"
-    export NODE_RANK=$SLURM_NODEID
+    # One process a node: torch.distributed's env:// and torchrun (PET_*)
+    # read the node's place in the run from these.
+    export NODE_RANK=$SLURM_NODEID PET_NODE_RANK=$SLURM_NODEID RANK=$SLURM_NODEID
+    # Slurm's warning (--signal) comes to this shell alone, Slurm's task:
+    # div_warn passes it on to every process of the run.
+    trap div_warn USR1
     scratch=$(mktemp -d "$div_scratch_root/div-$DIV_RUN.XXXXXX") || exit 1
     trap div_cleanup EXIT
     trap 'exit 143' TERM INT
@@ -61,10 +78,31 @@ div_node() {
         name=$(basename "$dir")
         [[ -d $dir && $name =~ ^[a-z0-9_-][a-z0-9._-]{0,62}$ ]] && volumes+=("$name")
     done
-    div_exec
-    local rc=$?
+    # In the background, with the warning ignored (bwrap, apptainer and the
+    # run's processes inherit that), so that `wait` gives way to div_warn.
+    (trap '' USR1; div_exec) &
+    div_child=$!
+    local rc
+    while :; do
+        wait "$div_child"
+        rc=$?
+        # Over 128 with the child alive: a trap ended the wait, not the child.
+        [ "$rc" -gt 128 ] && kill -0 "$div_child" 2>/dev/null || break
+    done
     echo "$rc" >"$div_state/exit.$SLURM_NODEID"
+    # The first rank to fail gives the run its exit code: the others may
+    # fail because it did. Made once (noclobber opens with O_EXCL).
+    [ "$rc" = 0 ] || (set -C; echo "$rc" >"$div_state/exit.first") 2>/dev/null
     exit "$rc"
+}
+
+# Every process under the runtime's (div_child): ours ignore the warning,
+# and so does each of the run's that has not asked for it (see LAUNCH).
+div_warn() {
+    kill -USR1 $(ps -e -o pid=,ppid= | awk -v root="$div_child" '
+        { parent[$1] = $2 }
+        END { for (p in parent) { q = p; while (q != root && q in parent) q = parent[q]
+                                  if (q == root) print p } }') 2>/dev/null
 }
 
 # Stored trees are bound over the volume's own code/ folder, when that is a
@@ -111,10 +149,13 @@ div_exec() {
     apptainer "${args[@]}" "docker://$div_image" /bin/bash -c "$div_launch"
 }
 
+rm -f "$div_state"/exit.*
 srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
-    /bin/bash -c "$(declare -f div_node div_has_trees div_is_volume div_cleanup div_exec); div_node" \
+    /bin/bash -c "$(declare -f div_node div_warn div_has_trees div_is_volume div_cleanup div_exec); div_node" \
     >>"$div_state/slurm.log" 2>&1
 rc=$?
+first=$(cat "$div_state/exit.first" 2>/dev/null)
+[ -n "$first" ] && exit "$first"
 rank0=$(cat "$div_state/exit.0" 2>/dev/null || echo "$rc")
 [ "$rank0" != 0 ] && exit "$rank0"
 exit "$rc"
