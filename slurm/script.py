@@ -222,7 +222,9 @@ if [ "$DIV_RESTART_COUNT" -gt {MAX_RESTARTS} ]; then
     echo "divergent: $DIV_RUN gives up: its nodes failed $DIV_RESTART_COUNT times" >>"$div_state/stderr"
     exit 1
 elif [ "$DIV_RESTART_COUNT" -gt 0 ]; then
-    echo "divergent: $DIV_RUN restarted after a node failure: attempt $((DIV_RESTART_COUNT + 1)) of at most {MAX_RESTARTS + 1}, on $SLURM_JOB_NODELIST" >>"$div_state/stderr"
+    echo "divergent: $DIV_RUN restarted after a node failure:" \
+        "attempt $((DIV_RESTART_COUNT + 1)) of at most {MAX_RESTARTS + 1}, on $SLURM_JOB_NODELIST" \
+        >>"$div_state/stderr"
 fi
 '''
 
@@ -231,7 +233,8 @@ fi
 MAIN = r'''
 rm -f "$div_state"/exit.*
 srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
-    /bin/bash -c "$(declare -f div_node div_warn div_has_trees div_is_volume div_cleanup div_exec); div_node" \
+    /bin/bash -c "$(declare -f div_node div_warn div_has_trees div_is_volume div_cleanup \
+        div_exec); div_node" \
     >>"$div_state/slurm.log" 2>&1
 rc=$?
 first=$(cat "$div_state/exit.first" 2>/dev/null)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -299,31 +300,60 @@ def _node_state(node: str) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def test_a_node_that_fails_mid_run_fails_the_run_once_and_slurm_does_not_rerun_it(faulty, code):
-    name = detached(faulty, code, "--gpu", "h100", "--gpus", "16", "--",
-                    "echo up > /mnt/ranks/$NODE_RANK-$SLURM_JOB_ID; sleep 300")
-    run = faulty.wait_for_status(name, "running", timeout=30)
-    # Its command runs on node2 (a slurmd stopped during the launch fails
-    # the launch instead: FAILED, not a node failure).
-    ranks = faulty.data_dir / "share" / "e2e" / "ranks"
-    _wait(lambda: (ranks / f"1-{run['slurm_job_id']}").exists(), 30, "rank 1 did not start")
-    stop_daemon("slurmd-node2")
+def fail_node(node: str) -> None:
+    """A node dies as in a power cut: every process in its network namespace
+    (its slurmd, the job's steps, the run's own) SIGKILLed at once."""
+    for pid in subprocess.run(["ip", "netns", "pids", f"div-{node}"], capture_output=True,
+                              text=True).stdout.split():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def test_a_node_that_fails_mid_run_restarts_it_elsewhere_billing_every_attempt(faulty, code):
+    secret = faulty.div("secrets", "set", "RESTART_TOKEN", cwd=code, input=b"s3cr3t-value")
+    assert secret.returncode == 0, secret.stderr
+    # $0.05 at cpu's $0.30/h: ten minutes, over every attempt together.
+    name = detached(faulty, code, "--max-spend", "0.05", "--secret", "RESTART_TOKEN", "--",
+                    'echo "attempt $DIV_RESTART_COUNT on $(hostname) with ${#RESTART_TOKEN}"; '
+                    '[ "$DIV_RESTART_COUNT" = 0 ] && sleep 300; echo resumed')
+    faulty.wait_for_status(name, "running", timeout=30)
+    state = faulty.data_dir / "runs" / "e2e" / name
+    first = _wait(lambda: re.search(rb"attempt 0 on (node\d)", (state / "stdout").read_bytes()
+                                    if (state / "stdout").exists() else b""), 30, "no attempt 0")
+    failed_at, node = time.time(), first.group(1).decode()
+    fail_node(node)
     try:
-        run = faulty.wait_for_status(name, "failed", timeout=120)
+        timeline = {}
+        for status in ("queued", "succeeded"):   # requeued, then its second attempt
+            run = faulty.wait_for_status(name, status, timeout=90)
+            assert run["status"] == status, run
+            timeline[status] = round(time.time() - failed_at, 1)
         logs = followed(faulty, code, name)
-        assert logs.returncode == 1
-        assert last_line(logs).startswith(f"{name} failed after ")
-        assert ": a node it ran on failed, and spent $" in last_line(logs)
     finally:
         start_daemons()
+    assert logs.returncode == 0 and last_line(logs).startswith(f"{name} finished in ")
+    other = re.search(r"attempt 1 on (node\d)", logs.stdout.decode()).group(1)
+    assert other != node
+    assert logs.stdout.decode() == (f"attempt 0 on {node} with 12\n"
+                                    f"attempt 1 on {other} with 12\nresumed\n")
+    assert (f"divergent: {name} restarted after a node failure: attempt 2 of at most 4, "
+            f"on {other}") in logs.stderr.decode()
+    run = faulty.run_json(name)
+    assert (run["status"], run["restarts"], run["exit_code"]) == ("succeeded", 1, 0)
+    assert not (state / "secrets.env").exists()
     attempts = subprocess.run(["sacct", "--noheader", "--parsable2", "--duplicates",
-                               "--allocations", "-j", run["slurm_job_id"], "--format=State"],
-                              capture_output=True, text=True).stdout.split()
-    assert attempts == ["NODE_FAIL"]
-    _wait(lambda: _node_state("node2") in ("idle", "mix", "alloc"), 120,
-          "node2 did not come back")
-    time.sleep(3)
-    assert faulty.run_json(name)["status"] == "failed"   # not run again behind our back
+                               "--allocations", "-j", run["slurm_job_id"],
+                               "--format=State,ElapsedRaw,Start"], capture_output=True,
+                              text=True, env={**os.environ, "SLURM_TIME_FORMAT": "%s"})
+    rows = [line.split("|") for line in attempts.stdout.split()]
+    assert [state for state, _, _ in rows][-1] == "COMPLETED" and len(rows) == 2, rows
+    timeline["started again"] = int(rows[1][2]) - round(failed_at)
+    print(f"restart timeline after {node} failed (s): {timeline}")
+    assert run["duration"] == sum(int(seconds) for _, seconds, _ in rows)
+    # The second attempt had what the first left of the ten minutes.
+    limit = subprocess.run(["scontrol", "show", "job", run["slurm_job_id"]],
+                           capture_output=True, text=True).stdout
+    assert f"TimeLimit=00:0{10 - -(-int(rows[0][1]) // 60)}:00" in limit, limit
     charges_reconcile(faulty)
 
 
