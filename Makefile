@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FLASK_APP := wsgi.py
 
-.PHONY: up install test test-fast lint down cluster postgres test-tools
+.PHONY: up install test test-fast lint down cluster postgres test-tools node-torch
 
 # The server, the reconciler and their admin commands run as the service
 # user (scripts/services); the key file for the developer is copied out.
@@ -26,7 +26,7 @@ install: $(VENV)/.installed
 
 # Everything on the docs' cluster, then the core end to end on the second
 # profile (tests/test_site2.py), then the docs' cluster again.
-test: lint cluster postgres test-tools
+test: lint cluster postgres test-tools node-torch
 	$(BIN)/pytest; rc=$$?; \
 	DIV_DEV_PROFILE=site2 slurm/dev/up && $(BIN)/pytest -m site2; site2=$$?; \
 	slurm/dev/up; exit $$(( rc || site2 ))
@@ -48,6 +48,14 @@ cluster:
 
 postgres:
 	scripts/postgres-up
+
+# The distributed tests run real torch (CPU, gloo) inside runs, on the
+# nodes' own Python: installed for it once, beside Debian's packages
+# (/usr/local), as a site's admin would.
+NODE_TORCH = 2.13.0
+node-torch: cluster
+	@/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null || \
+		/usr/bin/python3 -m pip install -q --break-system-packages 'torch==$(NODE_TORCH)' numpy
 
 # The SSH transport's tests start a real sshd; the dashboard's, Debian's
 # Chromium (driven by Playwright's Python package, never `playwright install`);

@@ -201,7 +201,7 @@ div_exec() {
 # Runtime `none`, inside the sandbox before LAUNCH: a Python environment of
 # the run's own over the node's (whose packages, torch included, stay
 # visible), so that `pip install` works with /usr read-only. On the node's
-# scratch disk (bound at /div/python), not in memory; about 60 ms.
+# scratch disk (bound at /div/python), not in memory; about 30 ms.
 PYTHON_ENV = r'''if python3 -m venv --system-site-packages --without-pip /div/python 2>/dev/null; then
     for div_pip in pip pip3; do
         printf '#!/bin/sh\nexec /div/python/bin/python -m pip "$@"\n' >/div/python/bin/$div_pip

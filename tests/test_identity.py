@@ -80,7 +80,7 @@ def test_a_secret_reaches_its_run_as_stars_and_is_never_at_rest_in_clear(stack, 
     state = stack.data_dir / "runs/e2e/shows-a-secret"
     assert value in (state / "stdout").read_text()      # the run's own file, on the share
     assert value not in (state / "batch.sh").read_text()
-    assert not (state / "secrets.env").exists()          # read and deleted by the script
+    assert not (state / "secrets.env").exists()          # deleted once the run ended
     engine = sa.create_engine(stack.database_url)
     with engine.connect() as conn:
         stored = conn.execute(sa.text("SELECT sealed_value FROM secret")).scalars().all()

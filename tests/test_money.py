@@ -16,6 +16,20 @@ def last_line(done) -> str:
     return done.stderr.decode().splitlines()[-1]
 
 
+# Catches the warning, saves a checkpoint to a volume, and waits to be ended.
+WARNED = """\
+import os, signal, time
+deadline = int(os.environ["DIV_DEADLINE"])
+def warned(signum, frame):
+    with open("/mnt/checkpoints/step.txt", "w") as f:
+        f.write("step 7\\n")
+    print(f"warned {deadline - time.time():.0f} s before the deadline", flush=True)
+signal.signal(signal.SIGUSR1, warned)
+while True:
+    time.sleep(1)
+"""
+
+
 @pytest.fixture(scope="module")
 def slow_runs(stack, tmp_path_factory):
     """The runs that wait for Slurm to end them at a one-minute --time, or
@@ -31,8 +45,14 @@ def slow_runs(stack, tmp_path_factory):
         return subprocess.Popen([str(VENV_BIN / "div"), "run", *args], cwd=code,
                                 env=stack.div_env(org), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    # $0.05 at L40S's $2.55/h buys one minute (floor of 1.17).
+    (code / "warned.py").write_text(WARNED)
+    made = stack.div("storage", "put", "checkpoints", str(code / "warned.py"), cwd=code)
+    assert made.returncode == 0, made.stderr
+    # $0.05 at L40S's $2.55/h buys one minute (floor of 1.17); $0.01 at
+    # cpu's $0.30/h two.
     running = {
+        "warned": div_run("--gpu", "cpu", "--max-spend", "0.01", "--name", "warned",
+                          "warned.py"),
         "over-budget": div_run("--gpu", "l40s", "--max-spend", "0.05", "--no-upload", "--name",
                                "over-budget", "--", "echo started; sleep 300"),
         "lim-capped": div_run("--gpu", "l40s", "--no-upload", "--name", "lim-capped", "--",
@@ -65,6 +85,23 @@ def test_a_spend_limit_stops_the_run_budget_exceeded(stack, slow_runs):
     assert (logs.stdout, b"slurmstepd" in logs.stderr) == (b"started\n", False)
     kept = (stack.data_dir / "runs" / "e2e" / "over-budget" / "slurm.log").read_text()
     assert "DUE TO TIME LIMIT" in kept
+
+
+def test_a_run_is_warned_before_its_spend_limit_and_keeps_its_checkpoint(stack, slow_runs,
+                                                                          tmp_path):
+    done = ended(slow_runs["warned"])
+    assert done.returncode == 1
+    assert re.fullmatch(r"warned reached its spend limit of \$0\.01 after 2m \d+s",
+                        last_line(done)), done.stderr
+    # SIGUSR1 asked 45 s before the end; Slurm sends it up to 30 s earlier.
+    lead = int(re.search(r"warned (\d+) s before the deadline", done.stdout.decode()).group(1))
+    print(f"warned {lead} s before the deadline")
+    assert 40 <= lead <= 80, done.stdout
+    run = stack.run_json("warned")
+    assert (run["status"], run["cost"], run["time_limit_minutes"]) == ("budget_exceeded", "0.01", 2)
+    got = stack.div("storage", "get", "checkpoints", "step.txt", str(tmp_path / "step.txt"),
+                    cwd=tmp_path)
+    assert got.returncode == 0 and (tmp_path / "step.txt").read_text() == "step 7\n", got.stderr
 
 
 def test_a_run_over_its_memory_says_it_ran_out_of_memory_and_its_limit(stack, project):
