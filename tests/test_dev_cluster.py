@@ -29,7 +29,7 @@ def test_every_node_declares_the_gpus_cores_and_memory_the_product_sells(slurm_c
     nodes = subprocess.run(["sinfo", "-h", "-N", "-p", "cpu", "-o", "%N|%c|%m|%G"],
                            capture_output=True, text=True, check=True).stdout.split()
     assert nodes == [f"node{i}|64|344064|gpu:b300:8,gpu:h200:8,gpu:h100:8,gpu:l40s:8"
-                     for i in (1, 2)]
+                     for i in (1, 2, 3, 4)]
 
 
 def test_a_job_runs_under_an_org_account(slurm, job_dirs):

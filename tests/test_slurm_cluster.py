@@ -107,8 +107,9 @@ def test_sixteen_gpus_run_on_two_nodes_that_reach_each_other(slurm, job_dirs):
 
 
 def test_more_gpus_than_the_cluster_has_is_refused_at_submit(slurm, job_dirs):
+    # Four nodes of eight: 40 H100s are five.
     with pytest.raises(SubmitRefused, match="^Slurm refused the job: Node count specification invalid$"):
-        submit(slurm, spec_for(job_dirs, "true", gpu_type="h100", gpus=24, memory_gib=24))
+        submit(slurm, spec_for(job_dirs, "true", gpu_type="h100", gpus=40, memory_gib=40))
 
 
 def test_a_one_minute_time_limit_ends_as_timeout(sshd, slurm_cluster, tmp_path):
@@ -144,11 +145,11 @@ def test_sinfo_counts_the_gpus_a_running_job_holds(slurm, job_dirs):
     try:
         _wait_running(slurm, job)
         nodes = slurm.nodes()
-        assert sorted(nodes) == ["node1", "node2"]
+        assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
         assert sum(n.gpus_used.get("b300", 0) for n in nodes.values()) == 3
         assert sum(n.cpus_used for n in nodes.values()) >= 3
         b300 = next(row for row in gpu_capacity(list(nodes.values()), SITE)
                     if row.gpu_type == "b300")
-        assert (b300.total, b300.used, b300.free, b300.unavailable) == (16, 3, 13, 0)
+        assert (b300.total, b300.used, b300.free, b300.unavailable) == (32, 3, 29, 0)
     finally:
         slurm.cancel(job)
