@@ -23,7 +23,7 @@ from app.services.metrics import CYCLE_BUDGET, ORG_CYCLE_BUDGET, MetricsRead, re
 from app.services.pricing import cost
 from app.services.runs import LIVE, run_dir, run_json
 from app.services.schedules import fire_due
-from app.services.secrets import masked_metrics, remove_secrets_file
+from app.services.secrets import masked_metrics, remove_secrets_file, rewrite_secrets_file
 from app.services.slurm_access import slurm_client
 from app.services.submissions import settle_unsubmitted
 from app.services.usage import month_spend
@@ -106,6 +106,14 @@ def _read_metrics(run: Run, state_dir: str, final: bool, budget: int) -> bool:
 SPENT = {"spend": "budget_exceeded", "org": "limit_reached", "maxtime": "failed"}
 
 
+def restarted(run: Run, record: JobRecord, state_dir: str) -> bool:
+    """A requeued run's next attempt gets its secrets again and what its time
+    limit has left; whether it is all done (tried again next cycle if not)."""
+    if run.secrets_sealed:
+        rewrite_secrets_file(state_dir, run)
+    return run.time_limit_minutes is None or shorten_after_restart(run, record)
+
+
 def shorten_after_restart(run: Run, record: JobRecord) -> bool:
     """A requeued run's next attempt gets what its time limit has left after
     the earlier ones (billed per started minute), so its spend limit holds
@@ -174,9 +182,9 @@ def follow_jobs() -> int:
             log.exception("could not settle %s; it is tried again next cycle", run.name)
             db.session.expire(run)
             continue
-        if run.restarts > restarts and run.status in LIVE and run.time_limit_minutes \
-                and not shorten_after_restart(run, record):
-            run.restarts = restarts   # tried again next cycle
+        if run.restarts > restarts and run.status in LIVE and \
+                not restarted(run, record, run_dir(orgs[run.org_id], run.name)):
+            run.restarts = restarts
         changed += before != (run.status, run.pending_reason, run.elapsed_seconds)
     db.session.flush()
     stop_orgs_at_their_limit(live, orgs)

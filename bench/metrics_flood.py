@@ -43,8 +43,8 @@ class GeneratedSlurm:
         now = int(time.time())
         out = f"{FLOODING}|RUNNING|None|{now - 600}|node2\n"
         if argv[0] == "sacct":
-            out = (f"{ENDED}|COMPLETED|0:0|{now - 600}|{now - 5}|595|node1|None\n"
-                   f"{FLOODING}|RUNNING|0:0|{now - 600}|Unknown|600|node2|None\n")
+            out = (f"{ENDED}|COMPLETED|0:0|{now - 600}|{now - 5}|595|node1|None|div-run\n"
+                   f"{FLOODING}|RUNNING|0:0|{now - 600}|Unknown|600|node2|None|div-run\n")
         return CommandResult(0, out, "")
 
 

@@ -152,6 +152,9 @@ class JobSpec:
     # The org's stored code trees, <volume>/<name> each: bound read-only at
     # /mnt/<volume>/code, so no run can change the code another one gets.
     trees_dir: str | None = None
+    # Whether the server wrote secrets for it: an attempt finds them in its
+    # state folder or does not start.
+    has_secrets: bool = False
 
     def __post_init__(self):
         validate(self)

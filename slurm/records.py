@@ -8,10 +8,15 @@ import re
 from dataclasses import dataclass, replace
 
 SQUEUE_FORMAT = "%i|%T|%r|%S|%N"
-SACCT_FIELDS = "JobIDRaw,State,ExitCode,Start,End,ElapsedRaw,NodeList,Reason"
+SACCT_FIELDS = "JobIDRaw,State,ExitCode,Start,End,ElapsedRaw,NodeList,Reason,JobName"
 
 LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
                "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+# How an attempt ends when Slurm requeues the job (--requeue): its newest
+# sacct line says so until the next attempt's line comes.
+MAY_RESTART = {"NODE_FAIL", "PREEMPTED"}
+# Past this, such an end squeue does not list is final (MinJobAge is 300 s).
+RESTART_GRACE = 600
 
 
 # slots and no frozen __setattr__ detour: 10,000 rows parse in about half the time.
@@ -26,6 +31,7 @@ class JobRecord:
     end: int | None = None
     elapsed_seconds: int | None = None   # every attempt's, when Slurm requeued it
     nodes: str = ""
+    name: str = ""             # the job's name (div-<run>)
     restarts: int = 0          # attempts before this one (a node failed, ...)
     earlier_seconds: int = 0   # their elapsed seconds
 
@@ -66,7 +72,7 @@ def parse_sacct(output: str) -> dict[str, JobRecord]:
     for line in output.splitlines():
         if not line:
             continue
-        job_id, state, exit_code, start, end, elapsed, nodes, reason = line.split("|", 7)
+        job_id, state, exit_code, start, end, elapsed, nodes, reason, name = line.split("|", 8)
         if "." in job_id:
             if state == "OUT_OF_MEMORY":
                 out_of_memory.add(job_id.split(".", 1)[0])
@@ -83,10 +89,14 @@ def parse_sacct(output: str) -> dict[str, JobRecord]:
             end=_epoch(end),
             elapsed_seconds=int(elapsed) if elapsed.isdigit() else None,
             nodes="" if nodes == "None assigned" else nodes,
+            name=name,
         )
         earlier = records.get(job_id)
-        if earlier is not None:
-            record.restarts = earlier.restarts + 1
+        # Only the same job's: after its id counter was reset, Slurm's
+        # database holds other, older jobs under the same id.
+        if earlier is not None and earlier.name == name:
+            # A REQUEUED line has counted its restart already.
+            record.restarts = earlier.restarts + (earlier.state != "REQUEUED")
             record.earlier_seconds = earlier.elapsed_seconds or 0
             record.elapsed_seconds = record.earlier_seconds + (record.elapsed_seconds or 0)
         if record.state == "REQUEUED":
@@ -107,7 +117,8 @@ def merge(live: dict[str, JobRecord], accounted: dict[str, JobRecord],
 
     Right after a fast start sacct can still say PENDING, so squeue wins for a
     job it lists; a job squeue no longer lists is taken from sacct."""
-    merged = dict(accounted)
+    merged = {job_id: _awaiting_restart(final, now) if job_id not in live else final
+              for job_id, final in accounted.items()}
     for job_id, record in live.items():
         final = accounted.get(job_id)
         again = final is not None and _started_again(record, final)
@@ -117,7 +128,10 @@ def merge(live: dict[str, JobRecord], accounted: dict[str, JobRecord],
                 merged[job_id] = replace(final, nodes=record.nodes)
             continue
         if again:
-            record = replace(record, restarts=final.restarts + 1,
+            # squeue may still show the ended attempt (its start) being torn down.
+            start = record.start if final.end is None or (record.start or 0) >= final.end \
+                else None
+            record = replace(record, start=start, restarts=final.restarts + 1,
                              earlier_seconds=final.elapsed_seconds or 0)
         elif final is not None:
             record = replace(record, restarts=final.restarts,
@@ -135,12 +149,22 @@ def merge(live: dict[str, JobRecord], accounted: dict[str, JobRecord],
 
 def _started_again(live: JobRecord, final: JobRecord) -> bool:
     """Whether squeue's record is of a later attempt than sacct's newest
-    line: Slurm requeued the job (a node failed) after that attempt ended."""
-    if not final.finished:
+    line: Slurm requeued the job (a node failed) after that attempt ended.
+    While squeue lists the job as live, an end that requeues is no end."""
+    if not final.finished or live.state not in LIVE_STATES:
         return False
-    return live.state == "PENDING" or (
-        live.start is not None and final.end is not None and live.start >= final.end
-        and live.state in LIVE_STATES)
+    return live.state in ("PENDING", "REQUEUED") or final.state in MAY_RESTART or (
+        live.start is not None and final.end is not None and live.start >= final.end)
+
+
+def _awaiting_restart(final: JobRecord, now: int) -> JobRecord:
+    """A job squeue did not list (it refuses a whole list for one id it has
+    forgotten) whose newest attempt ended as Slurm requeues: waiting to
+    start again, unless that was long ago."""
+    if final.state in MAY_RESTART and final.end is not None and now - final.end < RESTART_GRACE:
+        return replace(final, state="REQUEUED", end=None, restarts=final.restarts + 1,
+                       earlier_seconds=final.elapsed_seconds or 0)
+    return final
 
 
 # Slurm state -> run status (DESIGN.md "States"). CANCELLED and TIMEOUT are

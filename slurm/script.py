@@ -20,7 +20,8 @@ from slurm.jobspec import JobSpec, SlurmSite, check_env_name, job_name
 
 METRICS_PATH = "/div/metrics.jsonl"
 # The run's secrets, in its state folder (0600) until the batch script has
-# read them: never in the script itself, which Slurm and admins keep.
+# read them (the reconciler writes them again for an attempt after a node
+# failure): never in the script itself, which Slurm and admins keep.
 SECRETS_FILE = "secrets.env"
 # A run whose node fails is requeued by Slurm (--requeue) at most this many
 # times; the attempt after that ends at once, failed, saying so in its log.
@@ -56,7 +57,8 @@ div_node() {
     export NODE_RANK=$SLURM_NODEID PET_NODE_RANK=$SLURM_NODEID RANK=$SLURM_NODEID
     # Slurm's warning (--signal) comes to this shell alone, Slurm's task:
     # div_warn passes it on to every process of the run.
-    trap div_warn USR1
+    div_warned=0
+    trap 'div_warned=1; div_warn' USR1
     scratch=$(mktemp -d "$div_scratch_root/div-$DIV_RUN.XXXXXX") || exit 1
     trap div_cleanup EXIT
     trap 'exit 143' TERM INT
@@ -78,23 +80,32 @@ div_node() {
     while :; do
         wait "$div_child"
         rc=$?
-        # Over 128 with the child alive: a trap ended the wait, not the child.
-        [ "$rc" -gt 128 ] && kill -0 "$div_child" 2>/dev/null || break
+        # The warning ended the wait, not the child: wait again.
+        [ "$div_warned" = 1 ] || break
+        div_warned=0
     done
-    echo "$rc" >"$div_state/exit.$SLURM_NODEID"
+    # Per attempt: one on a node Slurm gave up on may still write.
+    echo "$rc" >"$div_state/exit.$DIV_RESTART_COUNT.$SLURM_NODEID"
     # The first rank to fail gives the run its exit code: the others may
     # fail because it did. Made once (noclobber opens with O_EXCL).
-    [ "$rc" = 0 ] || (set -C; echo "$rc" >"$div_state/exit.first") 2>/dev/null
+    [ "$rc" = 0 ] || (set -C; echo "$rc" >"$div_state/exit.$DIV_RESTART_COUNT.first") 2>/dev/null
     exit "$rc"
 }
 
-# Every process under the runtime's (div_child): ours ignore the warning,
-# and so does each of the run's that has not asked for it (see LAUNCH).
+# Every process under the runtime's (div_child), found in one pass over one
+# ps, so that the time between reading pids and signalling them stays short
+# however many processes the run makes (the same window Slurm's own
+# proctrack has): ours ignore the warning, and so does each of the run's
+# that has not asked for it (see LAUNCH).
 div_warn() {
-    kill -USR1 $(ps -e -o pid=,ppid= | awk -v root="$div_child" '
-        { parent[$1] = $2 }
-        END { for (p in parent) { q = p; while (q != root && q in parent) q = parent[q]
-                                  if (q == root) print p } }') 2>/dev/null
+    [ -n "${div_child:-}" ] || return 0
+    { kill -USR1 $(ps -e -o pid=,ppid= | awk -v root="$div_child" '
+        { kids[$2] = kids[$2] " " $1 }
+        END { queue = root
+              while (queue != "") {
+                  n = split(queue, now, " "); queue = ""
+                  for (i = 1; i <= n; i++) { print now[i]; queue = queue kids[now[i]] }
+              } }'); } 2>/dev/null
 }
 
 # Stored trees are bound over the volume's own code/ folder, when that is a
@@ -202,7 +213,9 @@ div_exec() {
 # the run's own over the node's (whose packages, torch included, stay
 # visible), so that `pip install` works with /usr read-only. On the node's
 # scratch disk (bound at /div/python), not in memory; about 30 ms.
-PYTHON_ENV = r'''if python3 -m venv --system-site-packages --without-pip /div/python 2>/dev/null; then
+# From / and isolated (-I): a module in the run's code never shadows venv's.
+PYTHON_ENV = r'''if (cd / && python3 -I -m venv --system-site-packages --without-pip \
+        /div/python) 2>/dev/null; then
     for div_pip in pip pip3; do
         printf '#!/bin/sh\nexec /div/python/bin/python -m pip "$@"\n' >/div/python/bin/$div_pip
         chmod +x /div/python/bin/$div_pip
@@ -231,15 +244,14 @@ fi
 # The batch step: the node function once per node; the first rank to fail
 # gives the run its exit code (srun then ends the others), else rank 0's.
 MAIN = r'''
-rm -f "$div_state"/exit.*
 srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
     /bin/bash -c "$(declare -f div_node div_warn div_has_trees div_is_volume div_cleanup \
         div_exec); div_node" \
     >>"$div_state/slurm.log" 2>&1
 rc=$?
-first=$(cat "$div_state/exit.first" 2>/dev/null)
+first=$(cat "$div_state/exit.$DIV_RESTART_COUNT.first" 2>/dev/null)
 [ -n "$first" ] && exit "$first"
-rank0=$(cat "$div_state/exit.0" 2>/dev/null || echo "$rc")
+rank0=$(cat "$div_state/exit.$DIV_RESTART_COUNT.0" 2>/dev/null || echo "$rc")
 [ "$rank0" != 0 ] && exit "$rank0"
 exit "$rc"
 '''
@@ -342,6 +354,25 @@ def secrets_file_text(values: dict[str, str]) -> str:
     return _env_declaration("div_secrets", values, "secret") + "\n"
 
 
+def _secrets_block(spec: JobSpec) -> list[str]:
+    """Reads the secrets and deletes them. After a node failure the
+    reconciler writes them again for the next attempt: it waits a minute for
+    them rather than run without them."""
+    if not spec.has_secrets:
+        return ["export div_secrets_decl="]
+    path = f'"$div_state/{SECRETS_FILE}"'
+    return [
+        f"for _ in $(seq 60); do [ -e {path} ] && break; sleep 1; done",
+        f"if ! div_secrets_decl=$(<{path}); then",
+        '    echo "divergent: $DIV_RUN has no secrets for this attempt: not started" '
+        '>>"$div_state/stderr"',
+        "    exit 1",
+        "fi",
+        f"rm -f {path}",
+        "export div_secrets_decl",
+    ]
+
+
 def render_batch_script(spec: JobSpec, site: SlurmSite) -> str:
     header = [
         "#!/bin/bash",
@@ -351,11 +382,7 @@ def render_batch_script(spec: JobSpec, site: SlurmSite) -> str:
     body = [
         "set -u",
         *values_block(spec, site),
-        # Kept until the run ends (the reconciler deletes it): an attempt
-        # after a node failure needs the secrets again.
-        "div_secrets_decl=",
-        f'[ -e "$div_state/{SECRETS_FILE}" ] && div_secrets_decl=$(<"$div_state/{SECRETS_FILE}")',
-        "export div_secrets_decl",
+        *_secrets_block(spec),
         ': >>"$div_state/metrics.jsonl"',
     ]
     return ("\n".join(header + [""] + body) + "\n" + ATTEMPT + NODE_FUNCTIONS

@@ -23,7 +23,8 @@ def _wait_for(predicate, timeout=60):
 
 
 def test_a_queued_run_says_why_it_waits_on_a_terminal_only(stack, project):
-    hold = stack.div("run", "--gpu", "l40s", "--gpus", "16", "-d", "--no-upload", "--name",
+    # Every L40S of the four nodes held.
+    hold = stack.div("run", "--gpu", "l40s", "--gpus", "32", "-d", "--no-upload", "--name",
                      "holds-l40s", "--", "sleep 30", cwd=project)
     assert hold.returncode == 0, hold.stderr
     assert stack.wait_for_status("holds-l40s", "running")["status"] == "running"

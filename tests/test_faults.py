@@ -139,13 +139,14 @@ def squeue_ids(name: str) -> list[str]:
 # --- submits ------------------------------------------------------------
 
 def test_a_refused_run_is_not_kept_and_its_name_is_free(faulty, code):
-    checked = faulty.div("run", "--gpu", "h200", "--gpus", "32", "--no-upload",
+    # Five nodes of H200s on a cluster of four.
+    checked = faulty.div("run", "--gpu", "h200", "--gpus", "40", "--no-upload",
                          "--name", "too-big", "--", "true", cwd=code)
     assert checked.returncode == 2
     assert last_line(checked) == "Slurm refused the job: Node count specification invalid"
     # The same refusal at submit, for a client that skips the check.
     refused = faulty.api("POST", "/runs", json={"project": "p", "command": "true", "gpu": "h200",
-                                                "gpus": 32, "name": "too-big"})
+                                                "gpus": 40, "name": "too-big"})
     assert refused.status_code == 422, refused.text
     assert faulty.api("GET", "/runs/too-big").status_code == 404
     again = faulty.div("run", "--gpu", "cpu", "--no-upload", "--name", "too-big", "--", "true",

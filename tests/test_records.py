@@ -13,20 +13,22 @@ from slurm.records import (
 )
 
 SACCT = (
-    "41|COMPLETED|0:0|1796059887|1796059899|12|node[1-2]|None\n"
-    "42|FAILED|3:0|1796059887|1796059888|1|node1|None\n"
-    "43|CANCELLED by 0|0:15|1796059887|1796059890|3|node2|None\n"
-    "44|PENDING|0:0|Unknown|Unknown|0|None assigned|Resources\n"
-    "45|OUT_OF_MEMORY|0:125|1796059900|1796059902|2|node1|None\n"
+    "41|COMPLETED|0:0|1796059887|1796059899|12|node[1-2]|None|div-run\n"
+    "42|FAILED|3:0|1796059887|1796059888|1|node1|None|div-run\n"
+    "43|CANCELLED by 0|0:15|1796059887|1796059890|3|node2|None|div-run\n"
+    "44|PENDING|0:0|Unknown|Unknown|0|None assigned|Resources|div-run\n"
+    "45|OUT_OF_MEMORY|0:125|1796059900|1796059902|2|node1|None|div-run\n"
 )
 
 
 def test_sacct_rows_become_typed_records():
     records = parse_sacct(SACCT)
-    assert records["41"] == JobRecord("41", "COMPLETED", "", 0, 0, 1796059887, 1796059899, 12, "node[1-2]")
+    assert records["41"] == JobRecord("41", "COMPLETED", "", 0, 0, 1796059887, 1796059899, 12,
+                                      "node[1-2]", "div-run")
     assert (records["42"].state, records["42"].exit_code) == ("FAILED", 3)
     assert records["43"].state == "CANCELLED"
-    assert records["44"] == JobRecord("44", "PENDING", "Resources", 0, 0, None, None, 0, "")
+    assert records["44"] == JobRecord("44", "PENDING", "Resources", 0, 0, None, None, 0, "",
+                                      "div-run")
     assert not records["44"].finished and records["41"].finished
 
 
@@ -34,11 +36,11 @@ def test_a_step_out_of_memory_makes_a_failed_job_out_of_memory():
     # As sacct answers for `--memory 1` allocating 3 GiB: the job FAILED 9:0,
     # only its step says why.
     records = parse_sacct(
-        "87|FAILED|9:0|1000|1010|10|node1|None\n"
-        "87.batch|FAILED|9:0|1000|1010|10|node1|\n"
-        "87.0|OUT_OF_MEMORY|0:125|1000|1010|10|node1|\n"
-        "88|COMPLETED|0:0|1000|1010|10|node1|None\n"
-        "88.0|OUT_OF_MEMORY|0:125|1000|1005|5|node1|\n")
+        "87|FAILED|9:0|1000|1010|10|node1|None|div-run\n"
+        "87.batch|FAILED|9:0|1000|1010|10|node1||div-run\n"
+        "87.0|OUT_OF_MEMORY|0:125|1000|1010|10|node1||div-run\n"
+        "88|COMPLETED|0:0|1000|1010|10|node1|None|div-run\n"
+        "88.0|OUT_OF_MEMORY|0:125|1000|1005|5|node1||div-run\n")
     assert list(records) == ["87", "88"]
     assert records["87"].state == "OUT_OF_MEMORY" and records["87"].exit_code == 9
     assert records["88"].state == "COMPLETED"   # it got over it: the run succeeded
@@ -52,8 +54,8 @@ def test_squeue_rows_carry_the_reason_a_job_waits():
 
 def test_squeue_wins_while_sacct_lags_and_sacct_wins_at_the_end():
     live = parse_squeue("60|RUNNING|None|1000|node1\n61|COMPLETED|None|1000|node[1-2]\n")
-    accounted = parse_sacct("60|PENDING|0:0|Unknown|Unknown|0|None assigned|None\n"
-                            "61|COMPLETED|0:0|1000|1010|10|node1|None\n")
+    accounted = parse_sacct("60|PENDING|0:0|Unknown|Unknown|0|None assigned|None|div-run\n"
+                            "61|COMPLETED|0:0|1000|1010|10|node1|None|div-run\n")
     merged = merge(live, accounted, now=1030)
     assert (merged["60"].state, merged["60"].elapsed_seconds) == ("RUNNING", 30)
     assert (merged["61"].end, merged["61"].nodes) == (1010, "node[1-2]")
@@ -69,28 +71,43 @@ def test_with_squeue_alone_an_ended_job_accrues_nothing_more():
 
 def test_a_requeued_job_is_one_record_with_every_attempt_s_seconds():
     # sacct --duplicates after a node failure: the attempt that failed, then the one now.
-    accounted = parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None\n"
-                            "80.batch|CANCELLED|0:15|1000|1070|70|node2|\n"
-                            "80|COMPLETED|0:0|1100|1130|30|node3|None\n")
+    accounted = parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"
+                            "80.batch|CANCELLED|0:15|1000|1070|70|node2||div-run\n"
+                            "80|COMPLETED|0:0|1100|1130|30|node3|None|div-run\n")
     record = accounted["80"]
     assert (record.state, record.restarts, record.earlier_seconds, record.elapsed_seconds) == \
         ("COMPLETED", 1, 70, 100)
     # Requeued and waiting: the ended attempt's line only, or a REQUEUED one.
     waiting = merge(parse_squeue("80|PENDING|BeginTime|1200|\n"),
-                    parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None\n"), now=1150)
+                    parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"), now=1150)
     assert (waiting["80"].state, waiting["80"].restarts, waiting["80"].elapsed_seconds) == \
         ("PENDING", 1, 70)
-    requeued = parse_sacct("81|REQUEUED|0:0|1000|1010|10|node1|None\n")["81"]
+    requeued = parse_sacct("81|REQUEUED|0:0|1000|1010|10|node1|None|div-run\n")["81"]
     assert not requeued.finished and (requeued.restarts, requeued.earlier_seconds) == (1, 10)
     # Running again before sacct has its line: the live attempt adds to the earlier ones.
     again = merge(parse_squeue("80|RUNNING|None|1100|node3\n"),
-                  parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None\n"), now=1120)
+                  parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"), now=1120)
     assert (again["80"].state, again["80"].restarts, again["80"].elapsed_seconds) == \
         ("RUNNING", 1, 90)
+    # Torn down after the node failure, or squeue refusing the list: not an end.
+    for squeue in ("80|REQUEUED|None|1000|node2\n", "80|COMPLETING|None|1000|node2\n", ""):
+        pending = merge(parse_squeue(squeue), parse_sacct(
+            "80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"), now=1100)["80"]
+        assert (pending.finished, pending.restarts, pending.elapsed_seconds) == (False, 1, 70)
+    # Long after, with squeue silent, the end is final.
+    assert merge({}, parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"),
+                 now=5000)["80"].finished
+    # A REQUEUED line then the attempt after it: one restart, not two.
+    assert parse_sacct("82|REQUEUED|0:0|1000|1010|10|node1|None|div-run\n"
+                       "82|RUNNING|0:0|1020|Unknown|5|node2|None|div-run\n")["82"].restarts == 1
+    # An older job under the same id (Slurm's counter was reset) is not an attempt.
+    reused = parse_sacct("83|COMPLETED|0:0|100|200|100|node1|None|div-old\n"
+                         "83|RUNNING|0:0|1000|Unknown|5|node1|None|div-run\n")["83"]
+    assert (reused.restarts, reused.elapsed_seconds) == (0, 5)
     # ... and once it has: the same.
     later = merge(parse_squeue("80|RUNNING|None|1100|node3\n"),
-                  parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None\n"
-                              "80|RUNNING|0:0|1100|Unknown|20|node3|None\n"), now=1120)
+                  parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"
+                              "80|RUNNING|0:0|1100|Unknown|20|node3|None|div-run\n"), now=1120)
     assert (later["80"].restarts, later["80"].elapsed_seconds) == (1, 90)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,13 @@ def test_slurms_refusals_of_a_sites_conventions_say_what_to_do_in_one_line(stder
     message = _slurm_message(CommandResult(1, "", stderr + "\n"))
     assert "\n" not in message and hint in message and message.startswith(
         stderr.split("failed: ")[1])
+
+
+def test_a_run_with_secrets_reads_them_once_and_never_starts_without_them():
+    script = render_batch_script(example_spec(has_secrets=True), SlurmSite())
+    # Waits for the reconciler's copy after a node failure, then reads and deletes it.
+    assert 'for _ in $(seq 60); do [ -e "$div_state/secrets.env" ] && break' in script
+    assert 'rm -f "$div_state/secrets.env"' in script
+    assert "has no secrets for this attempt: not started" in script
+    assert "secrets.env" not in render_batch_script(example_spec(), SlurmSite())
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0

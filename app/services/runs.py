@@ -257,7 +257,8 @@ def _job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,
             cpus=sizing.cpus, memory_gib=sizing.memory_gib, command=req.command,
             state_dir=run_dir(org, name), volumes_dir=org_dir(org), project=req.project,
             image=req.image, time_limit_minutes=sizing.minutes, env=req.env,
-            code_dir=code_dir, trees_dir=trees_dir(org)), slurm_site())
+            code_dir=code_dir, trees_dir=trees_dir(org), has_secrets=bool(req.secrets)),
+            slurm_site())
     except InvalidJobSpec as exc:
         raise Invalid(str(exc)) from None
 

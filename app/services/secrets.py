@@ -114,6 +114,13 @@ def write_secrets_file(state_dir: str, values: dict[str, str]) -> None:
         f.write(secrets_file_text(values))
 
 
+def rewrite_secrets_file(state_dir: str, run: Run) -> None:
+    """The values a run started with, again, for its next attempt after a
+    node failure (the script read and deleted the first copy)."""
+    with contextlib.suppress(FileExistsError):
+        write_secrets_file(state_dir, json.loads(unseal(run.secrets_sealed)))
+
+
 def remove_secrets_file(state_dir: str) -> None:
     """For a run that ended before its script read them (canceled queued)."""
     with contextlib.suppress(FileNotFoundError):

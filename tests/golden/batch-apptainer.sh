@@ -40,9 +40,7 @@ export div_gpus=yes
 export div_launch='trap "" USR1; eval "$div_env_decl"; eval "$div_secrets_decl"; for div_kv in "${div_env[@]}" "${div_secrets[@]}"; do export -- "$div_kv"; done; _div_command=$div_command; unset -v "${!div_@}"; exec /bin/bash -c "$_div_command"'
 export div_python_env=''
 export div_bind_paths_decl='div_bind_paths=(/opt/conda)'
-div_secrets_decl=
-[ -e "$div_state/secrets.env" ] && div_secrets_decl=$(<"$div_state/secrets.env")
-export div_secrets_decl
+export div_secrets_decl=
 : >>"$div_state/metrics.jsonl"
 
 div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e 2>/dev/null)
@@ -66,7 +64,8 @@ div_node() {
     export NODE_RANK=$SLURM_NODEID PET_NODE_RANK=$SLURM_NODEID RANK=$SLURM_NODEID
     # Slurm's warning (--signal) comes to this shell alone, Slurm's task:
     # div_warn passes it on to every process of the run.
-    trap div_warn USR1
+    div_warned=0
+    trap 'div_warned=1; div_warn' USR1
     scratch=$(mktemp -d "$div_scratch_root/div-$DIV_RUN.XXXXXX") || exit 1
     trap div_cleanup EXIT
     trap 'exit 143' TERM INT
@@ -88,23 +87,32 @@ div_node() {
     while :; do
         wait "$div_child"
         rc=$?
-        # Over 128 with the child alive: a trap ended the wait, not the child.
-        [ "$rc" -gt 128 ] && kill -0 "$div_child" 2>/dev/null || break
+        # The warning ended the wait, not the child: wait again.
+        [ "$div_warned" = 1 ] || break
+        div_warned=0
     done
-    echo "$rc" >"$div_state/exit.$SLURM_NODEID"
+    # Per attempt: one on a node Slurm gave up on may still write.
+    echo "$rc" >"$div_state/exit.$DIV_RESTART_COUNT.$SLURM_NODEID"
     # The first rank to fail gives the run its exit code: the others may
     # fail because it did. Made once (noclobber opens with O_EXCL).
-    [ "$rc" = 0 ] || (set -C; echo "$rc" >"$div_state/exit.first") 2>/dev/null
+    [ "$rc" = 0 ] || (set -C; echo "$rc" >"$div_state/exit.$DIV_RESTART_COUNT.first") 2>/dev/null
     exit "$rc"
 }
 
-# Every process under the runtime's (div_child): ours ignore the warning,
-# and so does each of the run's that has not asked for it (see LAUNCH).
+# Every process under the runtime's (div_child), found in one pass over one
+# ps, so that the time between reading pids and signalling them stays short
+# however many processes the run makes (the same window Slurm's own
+# proctrack has): ours ignore the warning, and so does each of the run's
+# that has not asked for it (see LAUNCH).
 div_warn() {
-    kill -USR1 $(ps -e -o pid=,ppid= | awk -v root="$div_child" '
-        { parent[$1] = $2 }
-        END { for (p in parent) { q = p; while (q != root && q in parent) q = parent[q]
-                                  if (q == root) print p } }') 2>/dev/null
+    [ -n "${div_child:-}" ] || return 0
+    { kill -USR1 $(ps -e -o pid=,ppid= | awk -v root="$div_child" '
+        { kids[$2] = kids[$2] " " $1 }
+        END { queue = root
+              while (queue != "") {
+                  n = split(queue, now, " "); queue = ""
+                  for (i = 1; i <= n; i++) { print now[i]; queue = queue kids[now[i]] }
+              } }'); } 2>/dev/null
 }
 
 # Stored trees are bound over the volume's own code/ folder, when that is a
@@ -151,14 +159,13 @@ div_exec() {
     apptainer "${args[@]}" "docker://$div_image" /bin/bash -c "$div_launch"
 }
 
-rm -f "$div_state"/exit.*
 srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
     /bin/bash -c "$(declare -f div_node div_warn div_has_trees div_is_volume div_cleanup \
         div_exec); div_node" \
     >>"$div_state/slurm.log" 2>&1
 rc=$?
-first=$(cat "$div_state/exit.first" 2>/dev/null)
+first=$(cat "$div_state/exit.$DIV_RESTART_COUNT.first" 2>/dev/null)
 [ -n "$first" ] && exit "$first"
-rank0=$(cat "$div_state/exit.0" 2>/dev/null || echo "$rc")
+rank0=$(cat "$div_state/exit.$DIV_RESTART_COUNT.0" 2>/dev/null || echo "$rc")
 [ "$rank0" != 0 ] && exit "$rank0"
 exit "$rc"
