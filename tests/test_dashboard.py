@@ -304,8 +304,8 @@ def test_the_cluster_page_is_for_site_admins_and_shows_slurms_gpus(app, slurm_cl
     client = app.test_client()
     sign_in(client, username="bob")
     page = client.get("/cluster").get_data(as_text=True)
-    # The dev cluster: 2 nodes with 8 of each GPU type, as sinfo says.
-    assert re.search(r"<tr><td>H100</td><td>\d+</td><td>\d+</td><td>0</td><td>16</td>", page)
+    # The dev cluster: 4 nodes with 8 of each GPU type, as sinfo says.
+    assert re.search(r"<tr><td>H100</td><td>\d+</td><td>\d+</td><td>0</td><td>32</td>", page)
     assert "node1" in page and "node2" in page
     # Every org's waiting runs: a site admin's page spans orgs.
     assert "<tr><td>alice-011</td><td>acme</td><td>2 x H100</td><td>waiting for 2 x H100</td>" in page

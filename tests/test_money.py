@@ -21,7 +21,7 @@ WARNED = """\
 import os, signal, time
 deadline = int(os.environ["DIV_DEADLINE"])
 def warned(signum, frame):
-    with open("/mnt/checkpoints/step.txt", "w") as f:
+    with open("/mnt/warned-run/step.txt", "w") as f:
         f.write("step 7\\n")
     print(f"warned {deadline - time.time():.0f} s before the deadline", flush=True)
 signal.signal(signal.SIGUSR1, warned)
@@ -46,7 +46,7 @@ def slow_runs(stack, tmp_path_factory):
                                 env=stack.div_env(org), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     (code / "warned.py").write_text(WARNED)
-    made = stack.div("storage", "put", "checkpoints", str(code / "warned.py"), cwd=code)
+    made = stack.div("storage", "put", "warned-run", str(code / "warned.py"), cwd=code)
     assert made.returncode == 0, made.stderr
     # $0.05 at L40S's $2.55/h buys one minute (floor of 1.17); $0.01 at
     # cpu's $0.30/h two.
@@ -99,7 +99,7 @@ def test_a_run_is_warned_before_its_spend_limit_and_keeps_its_checkpoint(stack, 
     assert 40 <= lead <= 80, done.stdout
     run = stack.run_json("warned")
     assert (run["status"], run["cost"], run["time_limit_minutes"]) == ("budget_exceeded", "0.01", 2)
-    got = stack.div("storage", "get", "checkpoints", "step.txt", str(tmp_path / "step.txt"),
+    got = stack.div("storage", "get", "warned-run", "step.txt", str(tmp_path / "step.txt"),
                     cwd=tmp_path)
     assert got.returncode == 0 and (tmp_path / "step.txt").read_text() == "step 7\n", got.stderr
 
