@@ -174,17 +174,17 @@ def follow_jobs() -> int:
             continue   # just submitted: neither squeue nor sacct has it yet
         before = (run.status, run.pending_reason, run.elapsed_seconds)
         offset, restarts = run.metrics_offset or 0, run.restarts or 0
+        state_dir = run_dir(orgs[run.org_id], run.name)
         try:
-            settle(run, record, run_dir(orgs[run.org_id], run.name),
-                   min(CYCLE_BUDGET, metrics_left[run.org_id]))
+            settle(run, record, state_dir, min(CYCLE_BUDGET, metrics_left[run.org_id]))
             metrics_left[run.org_id] -= (run.metrics_offset or 0) - offset
+            if run.restarts > restarts and run.status in LIVE and \
+                    not restarted(run, record, state_dir):
+                run.restarts = restarts
         except Exception:   # what one run wrote never stops the cycle every org shares
             log.exception("could not settle %s; it is tried again next cycle", run.name)
             db.session.expire(run)
             continue
-        if run.restarts > restarts and run.status in LIVE and \
-                not restarted(run, record, run_dir(orgs[run.org_id], run.name)):
-            run.restarts = restarts
         changed += before != (run.status, run.pending_reason, run.elapsed_seconds)
     db.session.flush()
     stop_orgs_at_their_limit(live, orgs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-SQUEUE_FORMAT = "%i|%T|%r|%S|%N"
+SQUEUE_FORMAT = "%i|%T|%r|%S|%N|%j"
 SACCT_FIELDS = "JobIDRaw,State,ExitCode,Start,End,ElapsedRaw,NodeList,Reason,JobName"
 
 LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
@@ -54,9 +54,9 @@ def parse_squeue(output: str) -> dict[str, JobRecord]:
     for line in output.splitlines():
         if not line:
             continue
-        job_id, state, reason, start, nodes = line.split("|", 4)
+        job_id, state, reason, start, nodes, name = line.split("|", 5)
         records[job_id] = JobRecord(job_id, state, _reason(reason), start=_epoch(start),
-                                    nodes=nodes)
+                                    nodes=nodes, name=name)
     return records
 
 
@@ -116,54 +116,67 @@ def merge(live: dict[str, JobRecord], accounted: dict[str, JobRecord],
     """Live state from squeue, final state from sacct once the job has ended.
 
     Right after a fast start sacct can still say PENDING, so squeue wins for a
-    job it lists; a job squeue no longer lists is taken from sacct."""
+    job it lists; a job squeue no longer lists is taken from sacct. A job
+    Slurm requeued is one record over its attempts."""
     merged = {job_id: _awaiting_restart(final, now) if job_id not in live else final
               for job_id, final in accounted.items()}
     for job_id, record in live.items():
         final = accounted.get(job_id)
-        again = final is not None and _started_again(record, final)
-        if final is not None and final.finished and not again:
+        if final is not None and final.name != record.name:
+            # Another, older job under a reused id: nothing of this one's.
+            final = merged[job_id] = None
+        if final is None:
+            merged[job_id] = _accrued(record, now)
+        elif final.finished and _started_again(record, final):
+            # squeue shows a later attempt than sacct's newest line has.
+            new = record.start is not None and final.end is not None and record.start > final.end
+            merged[job_id] = _accrued(replace(record, start=record.start if new else None,
+                                              restarts=final.restarts + 1,
+                                              earlier_seconds=final.elapsed_seconds or 0), now)
+        elif final.finished and record.state in LIVE_STATES and final.state in MAY_RESTART:
+            # Torn down after a node failure, to be requeued: no end yet.
+            merged[job_id] = replace(final, state=record.state, end=None, nodes=record.nodes)
+        elif final.finished:
             # sacct can name only the batch host for a moment after the end.
-            if record.nodes:
-                merged[job_id] = replace(final, nodes=record.nodes)
-            continue
-        if again:
-            # squeue may still show the ended attempt (its start) being torn down.
-            start = record.start if final.end is None or (record.start or 0) >= final.end \
-                else None
-            record = replace(record, start=start, restarts=final.restarts + 1,
-                             earlier_seconds=final.elapsed_seconds or 0)
-        elif final is not None:
-            record = replace(record, restarts=final.restarts,
-                             earlier_seconds=final.earlier_seconds)
-        if record.start is not None and record.state in LIVE_STATES - {"PENDING"}:
-            # Live only: an ended job squeue still lists (sacct down) keeps
-            # what it had accrued, and a job canceled while pending none.
-            record = replace(record, elapsed_seconds=record.earlier_seconds
-                             + max(0, now - record.start))
-        elif record.restarts:
-            record = replace(record, elapsed_seconds=record.earlier_seconds)
-        merged[job_id] = record
+            merged[job_id] = replace(final, nodes=record.nodes or final.nodes)
+        elif final.state == "REQUEUED" and (record.start or 0) <= (final.start or 0):
+            # Waiting to start again (squeue may still show the old start).
+            merged[job_id] = replace(record, start=None, restarts=final.restarts,
+                                     earlier_seconds=final.earlier_seconds,
+                                     elapsed_seconds=final.earlier_seconds)
+        else:
+            merged[job_id] = _accrued(replace(record, restarts=final.restarts,
+                                              earlier_seconds=final.earlier_seconds), now)
     return merged
+
+
+def _accrued(record: JobRecord, now: int) -> JobRecord:
+    """A live record's seconds: the earlier attempts' and this one's so far.
+    An ended job squeue still lists (sacct down) keeps what it had accrued,
+    and a job canceled while pending none."""
+    if record.start is not None and record.state in LIVE_STATES - {"PENDING"}:
+        return replace(record, elapsed_seconds=record.earlier_seconds + max(0, now - record.start))
+    if record.restarts:
+        return replace(record, elapsed_seconds=record.earlier_seconds)
+    return record
 
 
 def _started_again(live: JobRecord, final: JobRecord) -> bool:
     """Whether squeue's record is of a later attempt than sacct's newest
-    line: Slurm requeued the job (a node failed) after that attempt ended.
-    While squeue lists the job as live, an end that requeues is no end."""
-    if not final.finished or live.state not in LIVE_STATES:
+    (ended) line: waiting to start again, or started after it ended."""
+    if live.state not in LIVE_STATES:
         return False
-    return live.state in ("PENDING", "REQUEUED") or final.state in MAY_RESTART or (
-        live.start is not None and final.end is not None and live.start >= final.end)
+    return live.state in ("PENDING", "REQUEUED") or (
+        live.start is not None and final.end is not None and live.start > final.end)
 
 
 def _awaiting_restart(final: JobRecord, now: int) -> JobRecord:
     """A job squeue did not list (it refuses a whole list for one id it has
-    forgotten) whose newest attempt ended as Slurm requeues: waiting to
-    start again, unless that was long ago."""
+    forgotten) whose newest attempt ended as Slurm requeues: held unsettled,
+    unless that was long ago, and counted a restart only once squeue or sacct
+    shows the next attempt."""
     if final.state in MAY_RESTART and final.end is not None and now - final.end < RESTART_GRACE:
-        return replace(final, state="REQUEUED", end=None, restarts=final.restarts + 1,
-                       earlier_seconds=final.elapsed_seconds or 0)
+        return replace(final, state="REQUEUED", end=None)
     return final
 
 

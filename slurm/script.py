@@ -104,7 +104,8 @@ div_warn() {
         END { queue = root
               while (queue != "") {
                   n = split(queue, now, " "); queue = ""
-                  for (i = 1; i <= n; i++) { print now[i]; queue = queue kids[now[i]] }
+                  for (i = 1; i <= n; i++) if (!(now[i] in seen)) {
+                      seen[now[i]]; print now[i]; queue = queue kids[now[i]] }
               } }'); } 2>/dev/null
 }
 
@@ -225,11 +226,11 @@ fi'''
 
 EXEC = {"none": EXEC_NONE, "pyxis": EXEC_PYXIS, "apptainer": EXEC_APPTAINER}
 
-# Each attempt: its deadline (when Slurm ends it at its time limit, if it has
-# one), and after a node failure a line in the log and at most MAX_RESTARTS
-# restarts.
-ATTEMPT = rf'''
-div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e 2>/dev/null)
+# Each attempt, before it waits for anything: its deadline (when Slurm ends
+# it at its time limit, if it has one), and after a node failure a line in
+# the log and at most MAX_RESTARTS restarts.
+ATTEMPT = rf'''div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e \
+    2>/dev/null)
 [[ $div_end =~ ^[0-9]+$ ]] && export DIV_DEADLINE=$div_end
 if [ "$DIV_RESTART_COUNT" -gt {MAX_RESTARTS} ]; then
     echo "divergent: $DIV_RUN gives up: its nodes failed $DIV_RESTART_COUNT times" >>"$div_state/stderr"
@@ -238,8 +239,7 @@ elif [ "$DIV_RESTART_COUNT" -gt 0 ]; then
     echo "divergent: $DIV_RUN restarted after a node failure:" \
         "attempt $((DIV_RESTART_COUNT + 1)) of at most {MAX_RESTARTS + 1}, on $SLURM_JOB_NODELIST" \
         >>"$div_state/stderr"
-fi
-'''
+fi'''
 
 # The batch step: the node function once per node; the first rank to fail
 # gives the run its exit code (srun then ends the others), else rank 0's.
@@ -382,8 +382,8 @@ def render_batch_script(spec: JobSpec, site: SlurmSite) -> str:
     body = [
         "set -u",
         *values_block(spec, site),
+        ATTEMPT,
         *_secrets_block(spec),
         ': >>"$div_state/metrics.jsonl"',
     ]
-    return ("\n".join(header + [""] + body) + "\n" + ATTEMPT + NODE_FUNCTIONS
-            + EXEC[site.runtime] + MAIN)
+    return "\n".join(header + [""] + body) + "\n" + NODE_FUNCTIONS + EXEC[site.runtime] + MAIN

@@ -47,13 +47,14 @@ def test_a_step_out_of_memory_makes_a_failed_job_out_of_memory():
 
 
 def test_squeue_rows_carry_the_reason_a_job_waits():
-    records = parse_squeue("50|PENDING|QOSMaxGRESPerUser|N/A|\n51|RUNNING|None|1796059887|node1\n")
+    records = parse_squeue("50|PENDING|QOSMaxGRESPerUser|N/A||div-run\n"
+                           "51|RUNNING|None|1796059887|node1|div-run\n")
     assert records["50"].reason == "QOSMaxGRESPerUser"
     assert (records["51"].state, records["51"].start, records["51"].reason) == ("RUNNING", 1796059887, "")
 
 
 def test_squeue_wins_while_sacct_lags_and_sacct_wins_at_the_end():
-    live = parse_squeue("60|RUNNING|None|1000|node1\n61|COMPLETED|None|1000|node[1-2]\n")
+    live = parse_squeue("60|RUNNING|None|1000|node1|div-run\n61|COMPLETED|None|1000|node[1-2]|div-run\n")
     accounted = parse_sacct("60|PENDING|0:0|Unknown|Unknown|0|None assigned|None|div-run\n"
                             "61|COMPLETED|0:0|1000|1010|10|node1|None|div-run\n")
     merged = merge(live, accounted, now=1030)
@@ -63,8 +64,8 @@ def test_squeue_wins_while_sacct_lags_and_sacct_wins_at_the_end():
 
 def test_with_squeue_alone_an_ended_job_accrues_nothing_more():
     # slurmdbd down: squeue still lists jobs that ended (MinJobAge), sacct nothing.
-    merged = merge(parse_squeue("70|COMPLETED|None|1000|node1\n71|CANCELLED|None|1200|\n"
-                                "72|RUNNING|None|1000|node1\n"), {}, now=5000)
+    merged = merge(parse_squeue("70|COMPLETED|None|1000|node1|div-run\n71|CANCELLED|None|1200||div-run\n"
+                                "72|RUNNING|None|1000|node1|div-run\n"), {}, now=5000)
     assert [merged[j].elapsed_seconds for j in ("70", "71", "72")] == [None, None, 4000]
     assert not merged["70"].finished
 
@@ -78,22 +79,37 @@ def test_a_requeued_job_is_one_record_with_every_attempt_s_seconds():
     assert (record.state, record.restarts, record.earlier_seconds, record.elapsed_seconds) == \
         ("COMPLETED", 1, 70, 100)
     # Requeued and waiting: the ended attempt's line only, or a REQUEUED one.
-    waiting = merge(parse_squeue("80|PENDING|BeginTime|1200|\n"),
+    waiting = merge(parse_squeue("80|PENDING|BeginTime|1200||div-run\n"),
                     parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"), now=1150)
     assert (waiting["80"].state, waiting["80"].restarts, waiting["80"].elapsed_seconds) == \
         ("PENDING", 1, 70)
     requeued = parse_sacct("81|REQUEUED|0:0|1000|1010|10|node1|None|div-run\n")["81"]
     assert not requeued.finished and (requeued.restarts, requeued.earlier_seconds) == (1, 10)
     # Running again before sacct has its line: the live attempt adds to the earlier ones.
-    again = merge(parse_squeue("80|RUNNING|None|1100|node3\n"),
+    again = merge(parse_squeue("80|RUNNING|None|1100|node3|div-run\n"),
                   parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"), now=1120)
     assert (again["80"].state, again["80"].restarts, again["80"].elapsed_seconds) == \
         ("RUNNING", 1, 90)
     # Torn down after the node failure, or squeue refusing the list: not an end.
-    for squeue in ("80|REQUEUED|None|1000|node2\n", "80|COMPLETING|None|1000|node2\n", ""):
+    # (counted a restart once squeue shows it requeued).
+    for squeue, restarts in (("80|REQUEUED|None|1000|node2|div-run\n", 1),
+                             ("80|COMPLETING|None|1000|node2|div-run\n", 0), ("", 0)):
         pending = merge(parse_squeue(squeue), parse_sacct(
             "80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"), now=1100)["80"]
-        assert (pending.finished, pending.restarts, pending.elapsed_seconds) == (False, 1, 70)
+        assert (pending.finished, pending.restarts, pending.elapsed_seconds) == \
+            (False, restarts, 70), squeue
+    # An ordinary end torn down is an end, and no restart.
+    ended = merge(parse_squeue("84|COMPLETING|None|1000|node1|div-run\n"),
+                  parse_sacct("84|FAILED|1:0|1000|1000|0|node1|None|div-run\n"), now=1001)["84"]
+    assert ended.finished and ended.restarts == 0
+    # A sacct REQUEUED line and squeue still at the old start: nothing accrues twice.
+    waits = merge(parse_squeue("85|REQUEUED|None|1000|node1|div-run\n"),
+                  parse_sacct("85|REQUEUED|0:0|1000|1060|60|node1|None|div-run\n"), now=1500)["85"]
+    assert (waits.restarts, waits.elapsed_seconds) == (1, 60)
+    # A job of another name under the same id (squeue is newer than sacct):
+    fresh = merge(parse_squeue("86|RUNNING|None|1000|node1|div-run\n"),
+                  parse_sacct("86|COMPLETED|0:0|100|7300|7200|node1|None|div-old\n"), now=1010)
+    assert (fresh["86"].restarts, fresh["86"].elapsed_seconds) == (0, 10)
     # Long after, with squeue silent, the end is final.
     assert merge({}, parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"),
                  now=5000)["80"].finished
@@ -105,7 +121,7 @@ def test_a_requeued_job_is_one_record_with_every_attempt_s_seconds():
                          "83|RUNNING|0:0|1000|Unknown|5|node1|None|div-run\n")["83"]
     assert (reused.restarts, reused.elapsed_seconds) == (0, 5)
     # ... and once it has: the same.
-    later = merge(parse_squeue("80|RUNNING|None|1100|node3\n"),
+    later = merge(parse_squeue("80|RUNNING|None|1100|node3|div-run\n"),
                   parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"
                               "80|RUNNING|0:0|1100|Unknown|20|node3|None|div-run\n"), now=1120)
     assert (later["80"].restarts, later["80"].elapsed_seconds) == (1, 90)

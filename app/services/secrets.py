@@ -105,13 +105,22 @@ def values_for_run(org: Org, names: list[str]) -> dict[str, str]:
 
 
 def write_secrets_file(state_dir: str, values: dict[str, str]) -> None:
-    """The values for the batch script to read and delete (0600, made new)."""
+    """The values for the batch script to read and delete (0600, made new).
+    Written whole under another name, then linked in: a script waiting for
+    the file never reads half of it (FileExistsError if it is there)."""
     if not values:
         return
-    fd = os.open(os.path.join(state_dir, SECRETS_FILE),
-                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets_file_text(values))
+    final = os.path.join(state_dir, SECRETS_FILE)
+    partial = f"{final}.{os.urandom(8).hex()}"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets_file_text(values))
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(partial, final)
+    finally:
+        os.unlink(partial)
 
 
 def rewrite_secrets_file(state_dir: str, run: Run) -> None:

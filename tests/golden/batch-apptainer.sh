@@ -40,10 +40,8 @@ export div_gpus=yes
 export div_launch='trap "" USR1; eval "$div_env_decl"; eval "$div_secrets_decl"; for div_kv in "${div_env[@]}" "${div_secrets[@]}"; do export -- "$div_kv"; done; _div_command=$div_command; unset -v "${!div_@}"; exec /bin/bash -c "$_div_command"'
 export div_python_env=''
 export div_bind_paths_decl='div_bind_paths=(/opt/conda)'
-export div_secrets_decl=
-: >>"$div_state/metrics.jsonl"
-
-div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e 2>/dev/null)
+div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e \
+    2>/dev/null)
 [[ $div_end =~ ^[0-9]+$ ]] && export DIV_DEADLINE=$div_end
 if [ "$DIV_RESTART_COUNT" -gt 3 ]; then
     echo "divergent: $DIV_RUN gives up: its nodes failed $DIV_RESTART_COUNT times" >>"$div_state/stderr"
@@ -53,6 +51,8 @@ elif [ "$DIV_RESTART_COUNT" -gt 0 ]; then
         "attempt $((DIV_RESTART_COUNT + 1)) of at most 4, on $SLURM_JOB_NODELIST" \
         >>"$div_state/stderr"
 fi
+export div_secrets_decl=
+: >>"$div_state/metrics.jsonl"
 
 div_node() {
     # The run's own output goes straight to its files, so that srun's own
@@ -111,7 +111,8 @@ div_warn() {
         END { queue = root
               while (queue != "") {
                   n = split(queue, now, " "); queue = ""
-                  for (i = 1; i <= n; i++) { print now[i]; queue = queue kids[now[i]] }
+                  for (i = 1; i <= n; i++) if (!(now[i] in seen)) {
+                      seen[now[i]]; print now[i]; queue = queue kids[now[i]] }
               } }'); } 2>/dev/null
 }
 

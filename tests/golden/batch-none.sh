@@ -47,10 +47,8 @@ export div_python_env='if (cd / && python3 -I -m venv --system-site-packages --w
     export VIRTUAL_ENV=/div/python PATH="/div/python/bin:$PATH"
 fi'
 export div_bind_paths_decl='div_bind_paths=(/opt/conda)'
-export div_secrets_decl=
-: >>"$div_state/metrics.jsonl"
-
-div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e 2>/dev/null)
+div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e \
+    2>/dev/null)
 [[ $div_end =~ ^[0-9]+$ ]] && export DIV_DEADLINE=$div_end
 if [ "$DIV_RESTART_COUNT" -gt 3 ]; then
     echo "divergent: $DIV_RUN gives up: its nodes failed $DIV_RESTART_COUNT times" >>"$div_state/stderr"
@@ -60,6 +58,8 @@ elif [ "$DIV_RESTART_COUNT" -gt 0 ]; then
         "attempt $((DIV_RESTART_COUNT + 1)) of at most 4, on $SLURM_JOB_NODELIST" \
         >>"$div_state/stderr"
 fi
+export div_secrets_decl=
+: >>"$div_state/metrics.jsonl"
 
 div_node() {
     # The run's own output goes straight to its files, so that srun's own
@@ -118,7 +118,8 @@ div_warn() {
         END { queue = root
               while (queue != "") {
                   n = split(queue, now, " "); queue = ""
-                  for (i = 1; i <= n; i++) { print now[i]; queue = queue kids[now[i]] }
+                  for (i = 1; i <= n; i++) if (!(now[i] in seen)) {
+                      seen[now[i]]; print now[i]; queue = queue kids[now[i]] }
               } }'); } 2>/dev/null
 }
 
