@@ -40,11 +40,14 @@ def torchrun(stack, project, *flags: str) -> subprocess.CompletedProcess:
 def test_the_docs_torchrun_forms_one_world_on_one_node_and_unchanged_on_two(stack, project):
     one = torchrun(stack, project)
     assert one.returncode == 0, one.stderr
-    assert [w[:4] for w in worlds(one.stdout)] == [(0, 2, "node1", 3), (1, 2, "node1", 3)]
+    host = worlds(one.stdout)[0][2]
+    assert [w[:4] for w in worlds(one.stdout)] == [(0, 2, host, 3), (1, 2, host, 3)]
     two = torchrun(stack, project, "--gpus", "16")
     assert two.returncode == 0, two.stderr
+    first, second = worlds(two.stdout)[0][2], worlds(two.stdout)[2][2]
+    assert first != second
     assert [w[:4] for w in worlds(two.stdout)] == [
-        (0, 4, "node1", 10), (1, 4, "node1", 10), (2, 4, "node2", 10), (3, 4, "node2", 10)]
+        (0, 4, first, 10), (1, 4, first, 10), (2, 4, second, 10), (3, 4, second, 10)]
     # Node names resolve both ways inside runs: c10d looks its peers up.
     assert b"cannot be retrieved" not in two.stderr, two.stderr
 
@@ -59,9 +62,10 @@ def test_two_runs_on_the_same_nodes_at_once_both_form_their_world(stack, project
     results = [(proc.wait(timeout=180), *proc.communicate()) for proc in both]
     assert [rc for rc, _, _ in results] == [0, 0], [err for _, _, err in results]
     first, second = (worlds(out) for _, out, _ in results)
-    # Each a world of 4 on node1 and node2, each with a port of its own.
+    # Each a world of 4 over the same two nodes, each with a port of its own.
+    nodes = [first[0][2], first[2][2]]
     for world in (first, second):
-        assert [(w[1], w[2], w[3]) for w in world] == [(4, "node1", 10)] * 2 + [(4, "node2", 10)] * 2
+        assert [(w[1], w[2], w[3]) for w in world] == [(4, nodes[0], 10)] * 2 + [(4, nodes[1], 10)] * 2
     assert first[0][4] != second[0][4]
 
 
