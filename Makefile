@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FLASK_APP := wsgi.py
 
-.PHONY: up install test test-fast lint down cluster postgres test-tools node-torch
+.PHONY: up install test test-fast lint down cluster postgres test-tools node-torch pyslurm
 
 # The server, the reconciler and their admin commands run as the service
 # user (scripts/services); the key file for the developer is copied out.
@@ -48,6 +48,10 @@ cluster:
 
 postgres:
 	scripts/postgres-up
+
+# pyslurm for the cluster's Slurm, built once and kept as a wheel.
+pyslurm: $(VENV)/.installed
+	scripts/pyslurm-wheel
 
 # The distributed tests run real torch (CPU, gloo) inside runs, on the
 # nodes' own Python: installed for it once, beside Debian's packages
