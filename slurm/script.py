@@ -341,7 +341,8 @@ def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
         "export " + _assign("div_scratch_root", site.scratch_root),
         "export " + _assign("div_gpus", "no" if spec.hardware(site).is_cpu else "yes"),
         "export " + _assign("div_launch", LAUNCH),
-        "export " + _assign("div_python_env", PYTHON_ENV if site.runtime == "none" else ""),
+        # Only `none` runs it (EXEC_NONE); images bring their own Python.
+        *(["export " + _assign("div_python_env", PYTHON_ENV)] if site.runtime == "none" else []),
         # Arrays do not cross srun's environment: a declaration does.
         "export div_bind_paths_decl=" + shlex.quote(
             _array_declaration("div_bind_paths", list(site.bind_paths))),

@@ -14,7 +14,16 @@ from app.services import throttle
 from app.services.errors import Invalid, Unavailable
 from app.services.masking import Masker
 from app.services.orgs import get_or_create_org, get_or_create_user
-from app.services.secrets import log_masker, rotate, seal, set_secret, site_keys, values_for_run
+from app.services.secrets import (
+    log_masker,
+    remove_secrets_file,
+    rotate,
+    seal,
+    set_secret,
+    site_keys,
+    values_for_run,
+    write_secrets_file,
+)
 
 
 @pytest.fixture
@@ -95,3 +104,13 @@ def test_the_throttle_counts_per_subject_and_forgets_after_the_window(app, caplo
     throttle.check(["address 10.0.0.1"])
     throttle.record_failure("address 10.0.0.1", "a wrong API key", "10.0.0.1")
     assert db.session.get(AuthFailure, "address 10.0.0.1").failures == 1
+
+
+def test_the_secrets_file_appears_whole_and_goes_with_any_partial_copy(tmp_path):
+    write_secrets_file(str(tmp_path), {"TOKEN": "s3cr3t"})
+    assert (tmp_path / "secrets.env").read_text() == "div_secrets=(TOKEN=s3cr3t)\n"
+    assert (tmp_path / "secrets.env").stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["secrets.env"]   # no partial left
+    (tmp_path / "secrets.env.0123abcd").write_text("left by a crash")
+    remove_secrets_file(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []

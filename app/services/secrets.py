@@ -131,9 +131,12 @@ def rewrite_secrets_file(state_dir: str, run: Run) -> None:
 
 
 def remove_secrets_file(state_dir: str) -> None:
-    """For a run that ended before its script read them (canceled queued)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(state_dir, SECRETS_FILE))
+    """For a run that ended before its script read them (canceled queued),
+    and any partial copy a crash left between write and link."""
+    for name in os.listdir(state_dir) if os.path.isdir(state_dir) else ():
+        if name == SECRETS_FILE or name.startswith(SECRETS_FILE + "."):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(state_dir, name))
 
 
 def log_masker(run: Run) -> Masker:

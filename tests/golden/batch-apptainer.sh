@@ -38,7 +38,6 @@ export div_image=pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime
 export div_scratch_root=/tmp
 export div_gpus=yes
 export div_launch='trap "" USR1; eval "$div_env_decl"; eval "$div_secrets_decl"; for div_kv in "${div_env[@]}" "${div_secrets[@]}"; do export -- "$div_kv"; done; _div_command=$div_command; unset -v "${!div_@}"; exec /bin/bash -c "$_div_command"'
-export div_python_env=''
 export div_bind_paths_decl='div_bind_paths=(/opt/conda)'
 div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e \
     2>/dev/null)
