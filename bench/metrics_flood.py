@@ -41,10 +41,10 @@ class GeneratedSlurm:
 
     def run(self, argv, stdin=None, env=None):
         now = int(time.time())
-        out = f"{FLOODING}|RUNNING|None|{now - 600}|node2|div-run\n"
+        out = f"{FLOODING}|RUNNING|None|{now - 600}|node2|div-run||1\n"
         if argv[0] == "sacct":
-            out = (f"{ENDED}|COMPLETED|0:0|{now - 600}|{now - 5}|595|node1|None|div-run\n"
-                   f"{FLOODING}|RUNNING|0:0|{now - 600}|Unknown|600|node2|None|div-run\n")
+            out = (f"{ENDED}|COMPLETED|0:0|{now - 600}|{now - 5}|595|node1|None|div-run|\n"
+                   f"{FLOODING}|RUNNING|0:0|{now - 600}|Unknown|600|node2|None|div-run|\n")
         return CommandResult(0, out, "")
 
 

@@ -39,9 +39,9 @@ class GeneratedSlurm:
     def run(self, argv, stdin=None, env=None):
         ids = [a.split("=", 1)[1] for a in argv if a.startswith("--jobs=")][0].split(",")
         if argv[0] == "squeue":
-            out = "".join(f"{i}|RUNNING|None|{self.now - 125}|node{int(i) % 2 + 1}|div-run\n" for i in ids)
+            out = "".join(f"{i}|RUNNING|None|{self.now - 125}|node{int(i) % 2 + 1}|div-run||1\n" for i in ids)
         else:
-            out = "".join(f"{i}|RUNNING|0:0|{self.now - 125}|Unknown|125|node{int(i) % 2 + 1}|None|div-run\n"
+            out = "".join(f"{i}|RUNNING|0:0|{self.now - 125}|Unknown|125|node{int(i) % 2 + 1}|None|div-run|\n"
                           for i in ids)
         return CommandResult(0, out, "")
 

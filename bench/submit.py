@@ -46,7 +46,7 @@ def until_running(job: str, t_submitted: float) -> float:
 
 
 def sacct_lines(n: int) -> str:
-    return "".join(f"{i}|COMPLETED|0:0|1796059887|1796059899|12|node[1-2]|None|div-run\n"
+    return "".join(f"{i}|COMPLETED|0:0|1796059887|1796059899|12|node[1-2]|None|div-run|\n"
                    for i in range(1, n + 1))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from slurm.records import (
     SACCT_FIELDS,
@@ -97,21 +98,14 @@ class SlurmClient:
         return result
 
     def _sbatch(self, argv: list[str], script: str) -> CommandResult:
-        result = self._call(argv, stdin=script)
-        if result.returncode != 0 and \
-                "Unable to contact slurm controller (connect failure)" in result.stderr:
-            # Not a refusal: the same job goes in once the controller is back.
-            # (A send or receive failure may have reached it: not this.)
-            raise SubmitNotReceived(f"Slurm's controller does not answer "
-                                    f"({_slurm_message(result)})")
-        if any(text in result.stderr for text in UNSURE):
-            raise SlurmUnreachable(f"Slurm's controller did not answer in time "
-                                   f"({_slurm_message(result)})")
-        return result
+        return _judged_sbatch(self._call(argv, stdin=script))
 
     def submit(self, script: str) -> str:
         """Submits a batch script (on stdin) and returns the job id."""
-        result = self._sbatch(["sbatch", "--parsable"], script)
+        return self._submitted(self._sbatch(["sbatch", "--parsable"], script))
+
+    def _submitted(self, result: CommandResult) -> str:
+        """The job id from sbatch's answer, or why there is none."""
         if "Batch job submission failed" in result.stderr:
             raise SubmitRefused(f"Slurm refused the job: {_slurm_message(result)}")
         out = self._check(["sbatch"], result).stdout.strip()
@@ -141,25 +135,33 @@ class SlurmClient:
         `squeue_alone`, an accounting that does not answer (slurmdbd down)
         leaves squeue's answer: live jobs go on being followed, and an ended
         one waits for its final record."""
-        ids = ",".join(_job_id(j) for j in job_ids)
+        ids = [_job_id(j) for j in job_ids]
         if not ids:
             return {}
         # squeue refuses the whole list once one id has left its memory.
-        live = self._run(["squeue", "--noheader", "--states=all", f"--jobs={ids}",
+        live = self._run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}",
                           f"--format={SQUEUE_FORMAT}"],
                          ok_errors=("Invalid job id",)).stdout
+        return self._merged(parse_squeue(live), lambda: self._accounted(ids), squeue_alone)
+
+    def _accounted(self, ids: list[str]) -> dict[str, JobRecord]:
+        # Steps too: an out-of-memory kill shows only in a step's state.
+        # Every attempt of a requeued job (--duplicates): each is billed.
+        return parse_sacct(self._run(["sacct", "--noheader", "--parsable2", "--duplicates",
+                                      f"--jobs={','.join(ids)}",
+                                      f"--format={SACCT_FIELDS}"]).stdout)
+
+    @staticmethod
+    def _merged(live: dict[str, JobRecord], final: Callable[[], dict[str, JobRecord]],
+                squeue_alone: bool) -> dict[str, JobRecord]:
         try:
-            # Steps too: an out-of-memory kill shows only in a step's state.
-            # Every attempt of a requeued job (--duplicates): each is billed.
-            accounted = self._run(["sacct", "--noheader", "--parsable2", "--duplicates",
-                                   f"--jobs={ids}",
-                                   f"--format={SACCT_FIELDS}"]).stdout
+            accounted = final()
         except SlurmError as exc:
             if not squeue_alone:
                 raise
             log.warning("accounting did not answer, following squeue alone: %s", exc)
-            accounted = ""
-        return merge(parse_squeue(live), parse_sacct(accounted), int(time.time()))
+            accounted = {}
+        return merge(live, accounted, int(time.time()))
 
     def jobs_named(self, names: list[str], account: str,
                    submitted_since: int) -> tuple[dict[str, str], bool]:
@@ -229,6 +231,20 @@ class SlurmClient:
         self._run(["sacctmgr", "-i", "add", "account", account], ok_errors=nothing_new)
         self._run(["sacctmgr", "-i", "add", "user", user, f"account={account}"],
                   ok_errors=nothing_new)
+
+
+def _judged_sbatch(result: CommandResult) -> CommandResult:
+    """sbatch's answer, unless it says the controller may not have the job."""
+    if result.returncode != 0 and \
+            "Unable to contact slurm controller (connect failure)" in result.stderr:
+        # Not a refusal: the same job goes in once the controller is back.
+        # (A send or receive failure may have reached it: not this.)
+        raise SubmitNotReceived(f"Slurm's controller does not answer "
+                                f"({_slurm_message(result)})")
+    if any(text in result.stderr for text in UNSURE):
+        raise SlurmUnreachable(f"Slurm's controller did not answer in time "
+                               f"({_slurm_message(result)})")
+    return result
 
 
 def _job_id(job_id: str) -> str:

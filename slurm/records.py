@@ -5,10 +5,12 @@ Slurm state means to a run, whether a node can take jobs. No I/O here."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 
-SQUEUE_FORMAT = "%i|%T|%r|%S|%N|%j"
-SACCT_FIELDS = "JobIDRaw,State,ExitCode,Start,End,ElapsedRaw,NodeList,Reason,JobName"
+# %b: the GRES a node asks for, %D: how many nodes (the job's GPUs are both).
+SQUEUE_FORMAT = "%i|%T|%r|%S|%N|%j|%b|%D"
+SACCT_FIELDS = "JobIDRaw,State,ExitCode,Start,End,ElapsedRaw,NodeList,Reason,JobName,ReqTRES"
 
 LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
                "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
@@ -34,6 +36,7 @@ class JobRecord:
     name: str = ""             # the job's name (div-<run>)
     restarts: int = 0          # attempts before this one (a node failed, ...)
     earlier_seconds: int = 0   # their elapsed seconds
+    gpus: dict[str, int] = field(default_factory=dict)   # the job's, by GRES type
 
     @property
     def finished(self) -> bool:
@@ -45,8 +48,11 @@ def _epoch(text: str) -> int | None:
     return int(text) if text.isdigit() and text != "0" else None
 
 
-def _reason(text: str) -> str:
+def plain_reason(text: str) -> str:
     return "" if text in ("None", "(null)") else text
+
+
+_GRES_KIND = re.compile(r"(^|,)gres[:/]")
 
 
 def parse_squeue(output: str) -> dict[str, JobRecord]:
@@ -54,35 +60,36 @@ def parse_squeue(output: str) -> dict[str, JobRecord]:
     for line in output.splitlines():
         if not line:
             continue
-        job_id, state, reason, start, nodes, name = line.split("|", 5)
-        records[job_id] = JobRecord(job_id, state, _reason(reason), start=_epoch(start),
-                                    nodes=nodes, name=name)
+        job_id, state, reason, start, nodes, name, gres, node_count = line.split("|", 7)
+        # squeue names a request's kind: "gres:gpu:h100:1"; sinfo does not.
+        per_node = parse_gres(_GRES_KIND.sub(r"\1", gres))
+        count = int(node_count) if node_count.isdigit() else 1
+        records[job_id] = JobRecord(job_id, state, plain_reason(reason), start=_epoch(start),
+                                    nodes=nodes, name=name,
+                                    gpus={kind: n * count for kind, n in per_node.items()})
     return records
 
 
 def parse_sacct(output: str) -> dict[str, JobRecord]:
-    """One record per job, from its allocation lines (`--duplicates`: one per
-    attempt when Slurm requeued it, oldest first): the newest attempt's, with
-    the earlier ones' count and seconds. Of its steps' lines ("87.batch",
-    "87.0") only one fact is kept: a step that ran out of memory makes a
-    FAILED job OUT_OF_MEMORY (the cgroup kill shows there; the job itself
-    ends FAILED 9:0)."""
-    records: dict[str, JobRecord] = {}
-    out_of_memory = set()
+    """One record per job from sacct's lines (see `accounted`). Of the
+    steps' lines ("87.batch", "87.0") only whether one ran out of memory is
+    kept."""
+    attempts, out_of_memory = [], set()
     for line in output.splitlines():
         if not line:
             continue
-        job_id, state, exit_code, start, end, elapsed, nodes, reason, name = line.split("|", 8)
+        job_id, state, exit_code, start, end, elapsed, nodes, reason, name, tres = \
+            line.split("|", 9)
         if "." in job_id:
             if state == "OUT_OF_MEMORY":
                 out_of_memory.add(job_id.split(".", 1)[0])
             continue
         code, _, sig = exit_code.partition(":")
-        record = JobRecord(
+        attempts.append(JobRecord(
             job_id,
             # "CANCELLED by 0": the uid that cancelled is not part of the state.
             state.split(" ", 1)[0],
-            _reason(reason),
+            plain_reason(reason),
             exit_code=int(code) if code.isdigit() else None,
             signal=int(sig) if sig.isdigit() else None,
             start=_epoch(start),
@@ -90,7 +97,20 @@ def parse_sacct(output: str) -> dict[str, JobRecord]:
             elapsed_seconds=int(elapsed) if elapsed.isdigit() else None,
             nodes="" if nodes == "None assigned" else nodes,
             name=name,
-        )
+            gpus=tres_gpus(tres),
+        ))
+    return accounted(attempts, out_of_memory)
+
+
+def accounted(attempts: Iterable[JobRecord], out_of_memory: set[str]) -> dict[str, JobRecord]:
+    """One record per job from the database's records of its attempts (one
+    per attempt when Slurm requeued it, oldest first): the newest attempt's,
+    with the earlier ones' count and seconds. A FAILED job one of whose
+    steps ran out of memory is OUT_OF_MEMORY (the cgroup kill shows in the
+    step; the job itself ends FAILED 9:0)."""
+    records: dict[str, JobRecord] = {}
+    for record in attempts:
+        job_id, name = record.job_id, record.name
         earlier = records.get(job_id)
         # Only the same job's: after its id counter was reset, Slurm's
         # database holds other, older jobs under the same id.
@@ -237,6 +257,19 @@ def parse_gres(text: str) -> dict[str, int]:
         if name == "gpu":
             counts[kind] = counts.get(kind, 0) + int(count)
     return counts
+
+
+# sacct's ReqTRES: "cpu=2,mem=16G,node=1,billing=2,gres/gpu:h100=2,gres/gpu=2".
+_TRES_GPU = re.compile(r"(?:^|,)gres/gpu(?::([^=,]+))?=(\d+)")
+
+
+def tres_gpus(text: str) -> dict[str, int]:
+    """GPU counts per type from a TRES list: the typed counts where there are
+    any (the untyped one is their sum), else the untyped count under ""."""
+    typed, untyped = {}, {}
+    for kind, count in _TRES_GPU.findall(text):
+        (typed if kind else untyped)[kind] = int(count)
+    return typed or {kind: n for kind, n in untyped.items() if n}
 
 
 def parse_sinfo_nodes(output: str) -> dict[str, NodeRecord]:

@@ -13,11 +13,11 @@ from slurm.records import (
 )
 
 SACCT = (
-    "41|COMPLETED|0:0|1796059887|1796059899|12|node[1-2]|None|div-run\n"
-    "42|FAILED|3:0|1796059887|1796059888|1|node1|None|div-run\n"
-    "43|CANCELLED by 0|0:15|1796059887|1796059890|3|node2|None|div-run\n"
-    "44|PENDING|0:0|Unknown|Unknown|0|None assigned|Resources|div-run\n"
-    "45|OUT_OF_MEMORY|0:125|1796059900|1796059902|2|node1|None|div-run\n"
+    "41|COMPLETED|0:0|1796059887|1796059899|12|node[1-2]|None|div-run|\n"
+    "42|FAILED|3:0|1796059887|1796059888|1|node1|None|div-run|\n"
+    "43|CANCELLED by 0|0:15|1796059887|1796059890|3|node2|None|div-run|\n"
+    "44|PENDING|0:0|Unknown|Unknown|0|None assigned|Resources|div-run|\n"
+    "45|OUT_OF_MEMORY|0:125|1796059900|1796059902|2|node1|None|div-run|\n"
 )
 
 
@@ -36,27 +36,28 @@ def test_a_step_out_of_memory_makes_a_failed_job_out_of_memory():
     # As sacct answers for `--memory 1` allocating 3 GiB: the job FAILED 9:0,
     # only its step says why.
     records = parse_sacct(
-        "87|FAILED|9:0|1000|1010|10|node1|None|div-run\n"
-        "87.batch|FAILED|9:0|1000|1010|10|node1||div-run\n"
-        "87.0|OUT_OF_MEMORY|0:125|1000|1010|10|node1||div-run\n"
-        "88|COMPLETED|0:0|1000|1010|10|node1|None|div-run\n"
-        "88.0|OUT_OF_MEMORY|0:125|1000|1005|5|node1||div-run\n")
+        "87|FAILED|9:0|1000|1010|10|node1|None|div-run|\n"
+        "87.batch|FAILED|9:0|1000|1010|10|node1||div-run|\n"
+        "87.0|OUT_OF_MEMORY|0:125|1000|1010|10|node1||div-run|\n"
+        "88|COMPLETED|0:0|1000|1010|10|node1|None|div-run|\n"
+        "88.0|OUT_OF_MEMORY|0:125|1000|1005|5|node1||div-run|\n")
     assert list(records) == ["87", "88"]
     assert records["87"].state == "OUT_OF_MEMORY" and records["87"].exit_code == 9
     assert records["88"].state == "COMPLETED"   # it got over it: the run succeeded
 
 
 def test_squeue_rows_carry_the_reason_a_job_waits():
-    records = parse_squeue("50|PENDING|QOSMaxGRESPerUser|N/A||div-run\n"
-                           "51|RUNNING|None|1796059887|node1|div-run\n")
+    records = parse_squeue("50|PENDING|QOSMaxGRESPerUser|N/A||div-run||1\n"
+                           "51|RUNNING|None|1796059887|node1|div-run||1\n")
     assert records["50"].reason == "QOSMaxGRESPerUser"
     assert (records["51"].state, records["51"].start, records["51"].reason) == ("RUNNING", 1796059887, "")
 
 
 def test_squeue_wins_while_sacct_lags_and_sacct_wins_at_the_end():
-    live = parse_squeue("60|RUNNING|None|1000|node1|div-run\n61|COMPLETED|None|1000|node[1-2]|div-run\n")
-    accounted = parse_sacct("60|PENDING|0:0|Unknown|Unknown|0|None assigned|None|div-run\n"
-                            "61|COMPLETED|0:0|1000|1010|10|node1|None|div-run\n")
+    live = parse_squeue("60|RUNNING|None|1000|node1|div-run||1\n"
+                        "61|COMPLETED|None|1000|node[1-2]|div-run||1\n")
+    accounted = parse_sacct("60|PENDING|0:0|Unknown|Unknown|0|None assigned|None|div-run|\n"
+                            "61|COMPLETED|0:0|1000|1010|10|node1|None|div-run|\n")
     merged = merge(live, accounted, now=1030)
     assert (merged["60"].state, merged["60"].elapsed_seconds) == ("RUNNING", 30)
     assert (merged["61"].end, merged["61"].nodes) == (1010, "node[1-2]")
@@ -64,66 +65,67 @@ def test_squeue_wins_while_sacct_lags_and_sacct_wins_at_the_end():
 
 def test_with_squeue_alone_an_ended_job_accrues_nothing_more():
     # slurmdbd down: squeue still lists jobs that ended (MinJobAge), sacct nothing.
-    merged = merge(parse_squeue("70|COMPLETED|None|1000|node1|div-run\n71|CANCELLED|None|1200||div-run\n"
-                                "72|RUNNING|None|1000|node1|div-run\n"), {}, now=5000)
+    merged = merge(parse_squeue("70|COMPLETED|None|1000|node1|div-run||1\n"
+                                "71|CANCELLED|None|1200||div-run||1\n"
+                                "72|RUNNING|None|1000|node1|div-run||1\n"), {}, now=5000)
     assert [merged[j].elapsed_seconds for j in ("70", "71", "72")] == [None, None, 4000]
     assert not merged["70"].finished
 
 
 def test_a_requeued_job_is_one_record_with_every_attempt_s_seconds():
     # sacct --duplicates after a node failure: the attempt that failed, then the one now.
-    accounted = parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"
-                            "80.batch|CANCELLED|0:15|1000|1070|70|node2||div-run\n"
-                            "80|COMPLETED|0:0|1100|1130|30|node3|None|div-run\n")
+    accounted = parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run|\n"
+                            "80.batch|CANCELLED|0:15|1000|1070|70|node2||div-run|\n"
+                            "80|COMPLETED|0:0|1100|1130|30|node3|None|div-run|\n")
     record = accounted["80"]
     assert (record.state, record.restarts, record.earlier_seconds, record.elapsed_seconds) == \
         ("COMPLETED", 1, 70, 100)
     # Requeued and waiting: the ended attempt's line only, or a REQUEUED one.
-    waiting = merge(parse_squeue("80|PENDING|BeginTime|1200||div-run\n"),
-                    parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"), now=1150)
+    waiting = merge(parse_squeue("80|PENDING|BeginTime|1200||div-run||1\n"),
+                    parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run|\n"), now=1150)
     assert (waiting["80"].state, waiting["80"].restarts, waiting["80"].elapsed_seconds) == \
         ("PENDING", 1, 70)
-    requeued = parse_sacct("81|REQUEUED|0:0|1000|1010|10|node1|None|div-run\n")["81"]
+    requeued = parse_sacct("81|REQUEUED|0:0|1000|1010|10|node1|None|div-run|\n")["81"]
     assert not requeued.finished and (requeued.restarts, requeued.earlier_seconds) == (1, 10)
     # Running again before sacct has its line: the live attempt adds to the earlier ones.
-    again = merge(parse_squeue("80|RUNNING|None|1100|node3|div-run\n"),
-                  parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"), now=1120)
+    again = merge(parse_squeue("80|RUNNING|None|1100|node3|div-run||1\n"),
+                  parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run|\n"), now=1120)
     assert (again["80"].state, again["80"].restarts, again["80"].elapsed_seconds) == \
         ("RUNNING", 1, 90)
     # Torn down after the node failure, or squeue refusing the list: not an end.
     # (counted a restart once squeue shows it requeued).
-    for squeue, restarts in (("80|REQUEUED|None|1000|node2|div-run\n", 1),
-                             ("80|COMPLETING|None|1000|node2|div-run\n", 0), ("", 0)):
+    for squeue, restarts in (("80|REQUEUED|None|1000|node2|div-run||1\n", 1),
+                             ("80|COMPLETING|None|1000|node2|div-run||1\n", 0), ("", 0)):
         pending = merge(parse_squeue(squeue), parse_sacct(
-            "80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"), now=1100)["80"]
+            "80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run|\n"), now=1100)["80"]
         assert (pending.finished, pending.restarts, pending.elapsed_seconds) == \
             (False, restarts, 70), squeue
     # An ordinary end torn down is an end, and no restart.
-    ended = merge(parse_squeue("84|COMPLETING|None|1000|node1|div-run\n"),
-                  parse_sacct("84|FAILED|1:0|1000|1000|0|node1|None|div-run\n"), now=1001)["84"]
+    ended = merge(parse_squeue("84|COMPLETING|None|1000|node1|div-run||1\n"),
+                  parse_sacct("84|FAILED|1:0|1000|1000|0|node1|None|div-run|\n"), now=1001)["84"]
     assert ended.finished and ended.restarts == 0
     # A sacct REQUEUED line and squeue still at the old start: nothing accrues twice.
-    waits = merge(parse_squeue("85|REQUEUED|None|1000|node1|div-run\n"),
-                  parse_sacct("85|REQUEUED|0:0|1000|1060|60|node1|None|div-run\n"), now=1500)["85"]
+    waits = merge(parse_squeue("85|REQUEUED|None|1000|node1|div-run||1\n"),
+                  parse_sacct("85|REQUEUED|0:0|1000|1060|60|node1|None|div-run|\n"), now=1500)["85"]
     assert (waits.restarts, waits.elapsed_seconds) == (1, 60)
     # A job of another name under the same id (squeue is newer than sacct):
-    fresh = merge(parse_squeue("86|RUNNING|None|1000|node1|div-run\n"),
-                  parse_sacct("86|COMPLETED|0:0|100|7300|7200|node1|None|div-old\n"), now=1010)
+    fresh = merge(parse_squeue("86|RUNNING|None|1000|node1|div-run||1\n"),
+                  parse_sacct("86|COMPLETED|0:0|100|7300|7200|node1|None|div-old|\n"), now=1010)
     assert (fresh["86"].restarts, fresh["86"].elapsed_seconds) == (0, 10)
     # Long after, with squeue silent, the end is final.
-    assert merge({}, parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"),
+    assert merge({}, parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run|\n"),
                  now=5000)["80"].finished
     # A REQUEUED line then the attempt after it: one restart, not two.
-    assert parse_sacct("82|REQUEUED|0:0|1000|1010|10|node1|None|div-run\n"
-                       "82|RUNNING|0:0|1020|Unknown|5|node2|None|div-run\n")["82"].restarts == 1
+    assert parse_sacct("82|REQUEUED|0:0|1000|1010|10|node1|None|div-run|\n"
+                       "82|RUNNING|0:0|1020|Unknown|5|node2|None|div-run|\n")["82"].restarts == 1
     # An older job under the same id (Slurm's counter was reset) is not an attempt.
-    reused = parse_sacct("83|COMPLETED|0:0|100|200|100|node1|None|div-old\n"
-                         "83|RUNNING|0:0|1000|Unknown|5|node1|None|div-run\n")["83"]
+    reused = parse_sacct("83|COMPLETED|0:0|100|200|100|node1|None|div-old|\n"
+                         "83|RUNNING|0:0|1000|Unknown|5|node1|None|div-run|\n")["83"]
     assert (reused.restarts, reused.elapsed_seconds) == (0, 5)
     # ... and once it has: the same.
-    later = merge(parse_squeue("80|RUNNING|None|1100|node3|div-run\n"),
-                  parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run\n"
-                              "80|RUNNING|0:0|1100|Unknown|20|node3|None|div-run\n"), now=1120)
+    later = merge(parse_squeue("80|RUNNING|None|1100|node3|div-run||1\n"),
+                  parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run|\n"
+                              "80|RUNNING|0:0|1100|Unknown|20|node3|None|div-run|\n"), now=1120)
     assert (later["80"].restarts, later["80"].elapsed_seconds) == (1, 90)
 
 
@@ -165,3 +167,17 @@ def test_slurm_time_limits_are_whole_minutes_rounded_down():
     texts = ["infinite", "UNLIMITED", "30", "30:45", "2:00:00", "1-00:00:00", "1-12", "1-12:30",
              "junk"]
     assert [slurm_minutes(t) for t in texts] == [None, None, 30, 30, 120, 1440, 2160, 2190, None]
+
+
+def test_both_answers_count_a_job_s_gpus_by_type():
+    # As Slurm 22.05 prints them: squeue's request per node, sacct's ReqTRES per job.
+    live = parse_squeue("70|PENDING|Resources|N/A||div-a|gres:gpu:h100:8|2\n"
+                        "71|RUNNING|None|1000|node1|div-b|gres:gpu:3|1\n"
+                        "72|RUNNING|None|1000|node1|div-c|N/A|1\n")
+    assert [live[j].gpus for j in ("70", "71", "72")] == [{"h100": 16}, {"": 3}, {}]
+    accounted = parse_sacct(
+        "70|COMPLETED|0:0|1000|1010|10|node[1-2]|None|div-a|"
+        "billing=16,cpu=4,gres/gpu:h100=16,gres/gpu=16,mem=32G,node=2\n"
+        "71|COMPLETED|0:0|1000|1010|10|node1|None|div-b|billing=1,cpu=1,gres/gpu=3,node=1\n"
+        "72|COMPLETED|0:0|1000|1010|10|node1|None|div-c|billing=1,cpu=1,mem=1G,node=1\n")
+    assert [accounted[j].gpus for j in ("70", "71", "72")] == [{"h100": 16}, {"": 3}, {}]
