@@ -204,6 +204,14 @@ class SlurmClient:
             raise SlurmError(f"scontrol ping: {answer}")
         return answer
 
+    def version(self) -> str:
+        """The controller's Slurm release ("22.05.8")."""
+        for line in self._run(["scontrol", "show", "config"]).stdout.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "SLURM_VERSION":
+                return value.strip()
+        raise SlurmError("scontrol show config: no SLURM_VERSION")
+
     def partitions(self) -> set[str]:
         return set(self._run(["sinfo", "--noheader", "--format=%R"]).stdout.split())
 

@@ -5,8 +5,8 @@ are RPCs too; what pyslurm has no call for (sbatch --test-only, sinfo,
 sacctmgr, a requeued job's every attempt) goes through the commands on this
 host, as SlurmClient does.
 
-pyslurm is optional: it is imported here, and this module only when the
-site chooses it (`flask site --transport pyslurm`)."""
+pyslurm is optional: load_pyslurm() imports it, when the site chooses it
+(`flask site --transport pyslurm`) or `flask doctor` looks for it."""
 from __future__ import annotations
 
 import importlib
@@ -56,10 +56,14 @@ def series(version: str) -> str:
 
 
 def submit_options(script: str) -> dict:
-    """JobSubmitDescription's attributes from a batch script's #SBATCH lines."""
+    """JobSubmitDescription's attributes from a batch script's #SBATCH lines,
+    read as sbatch reads them: up to the first line that is not a comment
+    (a run's values further down can never be taken for a directive)."""
     options: dict = {}
-    for line in script.splitlines():
+    for line in script.splitlines()[1:]:
         if not line.startswith("#SBATCH "):
+            if line.strip() and not line.startswith("#"):
+                break
             continue
         flag, _, value = line.removeprefix("#SBATCH ").strip().partition("=")
         attribute = DIRECTIVES.get(flag.removeprefix("--"))
@@ -206,9 +210,6 @@ class PyslurmClient(SlurmClient):
                 name=job.name or "", gpus=live[job_id].gpus))
         return accounted(attempts, out_of_memory)
 
-    def version(self) -> str:
-        """The release of libslurm this pyslurm calls."""
-        return ".".join(str(part) for part in self.pyslurm.slurm_api_version())
 
 
 def _gpus(gres: dict | None) -> dict[str, int]:
@@ -219,12 +220,3 @@ def _gpus(gres: dict | None) -> dict[str, int]:
         if kind == "gpu":
             counts[typ] = counts.get(typ, 0) + int(count)
     return counts
-
-
-def importable() -> tuple[str | None, str]:
-    """pyslurm's version when it imports here, else None and why not."""
-    try:
-        module = load_pyslurm()
-    except SlurmUnreachable as exc:
-        return None, str(exc)
-    return module.__version__, os.path.dirname(module.__file__)

@@ -20,6 +20,7 @@ import pytest
 from app import create_app
 from app.extensions import db
 from slurm.client import SlurmClient
+from slurm.pyslurm_client import PyslurmClient
 from slurm.transport import LocalTransport, SSHTransport
 
 DEV_STATE = Path(os.environ.get("DIV_DEV_STATE", "/var/lib/div-dev"))
@@ -121,11 +122,14 @@ def sshd():
     shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture(scope="session", params=["local", "ssh"])
+@pytest.fixture(scope="session", params=["local", "ssh", "pyslurm"])
 def slurm(request, slurm_cluster):
     """A SlurmClient through each transport."""
     if request.param == "local":
         yield SlurmClient(LocalTransport())
+        return
+    if request.param == "pyslurm":
+        yield PyslurmClient()      # `make test` installs pyslurm: its absence fails
         return
     transport = SSHTransport(**request.getfixturevalue("sshd"))
     yield SlurmClient(transport)

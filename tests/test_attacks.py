@@ -414,3 +414,19 @@ def test_a_link_a_run_left_in_a_volume_is_removed_by_a_purge_never_followed(app,
     assert done.exit_code == 0, done.output
     assert not volume.exists()
     assert (outside / "keep.txt").read_text() == "another org's, or the host's"
+
+
+def test_a_runs_values_are_never_read_as_directives_by_the_pyslurm_transport(tmp_path):
+    """sbatch reads #SBATCH lines only above the script's first command; the
+    pyslurm transport reads them itself, and must stop there too, or a run's
+    env value could move the job to another org's account or user."""
+    from slurm.pyslurm_client import submit_options
+    from slurm.script import render_batch_script
+    from tests.jobs import SITE, spec_for
+    dirs = [tmp_path / d for d in ("state", "org", "code")]
+    hostile = "x\n#SBATCH --account=victim\n#SBATCH --partition=b300\n#SBATCH --uid=0\n"
+    script = render_batch_script(spec_for(dirs, "true", env={"NOTE": hostile}), SITE)
+    assert "\n#SBATCH --account=victim\n" in script           # there, as a quoted value
+    options = submit_options(script)
+    assert (options["account"], options["partitions"]) == ("dev", "cpu")
+    assert "user_id" not in options

@@ -1,13 +1,17 @@
-"""The Slurm adapter against the real dev cluster, through both transports:
-what a run sees, how it ends, and what Slurm refuses."""
+"""The Slurm adapter against the real dev cluster, through each way in (the
+commands here, over SSH, pyslurm): what a run sees, how it ends, what Slurm
+refuses, and that all three read the same jobs the same."""
 from __future__ import annotations
 
+import re
 import time
+from dataclasses import replace
 
 import pytest
 
 from app.services.cluster import gpu_capacity
 from slurm.client import SlurmClient, SubmitRefused
+from slurm.pyslurm_client import PyslurmClient
 from slurm.records import run_status
 from slurm.script import render_batch_script
 from slurm.transport import LocalTransport, SSHTransport
@@ -112,15 +116,87 @@ def test_more_gpus_than_the_cluster_has_is_refused_at_submit(slurm, job_dirs):
         submit(slurm, spec_for(job_dirs, "true", gpu_type="h100", gpus=40, memory_gib=40))
 
 
+def _three_ways(sshd) -> dict[str, SlurmClient]:
+    return {"local": SlurmClient(LocalTransport()), "ssh": SlurmClient(SSHTransport(**sshd)),
+            "pyslurm": PyslurmClient()}
+
+
+def _dirs(base, name: str) -> list:
+    dirs = [base / name / d for d in ("state", "org", "code")]
+    for d in dirs:
+        d.mkdir(parents=True)
+    return dirs
+
+
+def test_the_three_ways_in_agree_record_for_record(sshd, slurm_cluster, tmp_path):
+    """Jobs submitted through each way in, ending each way a run can end,
+    read through all three: the same records, live and final (state, exit
+    code, times, elapsed seconds, nodes, GPUs)."""
+    clients = _three_ways(sshd)
+    kinds = {
+        "two-h100": (dict(gpu_type="h100", gpus=2, cpus=2, memory_gib=4), "sleep 4"),
+        "sixteen-h100": (dict(gpu_type="h100", gpus=16, cpus=2, memory_gib=4), "sleep 2"),
+        "exit-3": ({}, "exit 3"),
+        "out-of-memory": ({}, "python3 -c 'b = bytearray(3 << 30)'"),
+        "canceled": ({}, "sleep 300"),
+    }
+    jobs = {}
+    for i, (kind, (hardware, command)) in enumerate(kinds.items()):
+        client = list(clients.values())[i % 3]
+        jobs[kind] = submit(client, spec_for(_dirs(tmp_path, kind), command, **hardware))
+    _wait_running(clients["local"], jobs["two-h100"])
+    _wait_running(clients["local"], jobs["canceled"])
+    live = {name: client.query([jobs["two-h100"]])[jobs["two-h100"]]
+            for name, client in clients.items()}
+    assert live["local"].state == "RUNNING" and live["local"].gpus == {"h100": 2}
+    for record in live.values():
+        # Elapsed seconds run on between the three reads.
+        assert abs(record.elapsed_seconds - live["local"].elapsed_seconds) <= 2
+        assert replace(record, elapsed_seconds=0) == replace(live["local"], elapsed_seconds=0)
+    clients["pyslurm"].cancel(jobs["canceled"])
+    for job in jobs.values():
+        wait_for_end(clients["local"], job)
+    ids = list(jobs.values())
+    records = {name: client.query(ids) for name, client in clients.items()}
+    assert records["ssh"] == records["local"]
+    assert records["pyslurm"] == records["local"]
+    final = {kind: records["local"][job] for kind, job in jobs.items()}
+    assert [(r.state, r.exit_code, r.gpus) for r in final.values()] == [
+        ("COMPLETED", 0, {"h100": 2}), ("COMPLETED", 0, {"h100": 16}), ("FAILED", 3, {}),
+        ("OUT_OF_MEMORY", 9, {}), ("CANCELLED", 0, {})]
+    assert final["sixteen-h100"].nodes.count("node") == 1 and "-" in final["sixteen-h100"].nodes
+    assert 4 <= final["two-h100"].elapsed_seconds <= 6
+
+
+VARYING = re.compile(r"(SLURM_JOBID|SLURM_JOB_ID|\w*MASTER_PORT|SLURM_SRUN_COMM_PORT|"
+                     r"SLURM_STEP_LAUNCHER_PORT|SLURM_TASK_PID|PWD|OLDPWD|DIV_\w+)=")
+
+
+def test_a_job_sees_the_same_environment_whichever_way_it_was_submitted(sshd, slurm_cluster,
+                                                                         tmp_path):
+    """pyslurm submits with what sbatch --export=NONE would give the job."""
+    seen = {}
+    for name, client in _three_ways(sshd).items():
+        dirs = _dirs(tmp_path, name)
+        record = wait_for_end(client, submit(client, spec_for(dirs, "env; umask", gpus=2, cpus=2)))
+        assert record.state == "COMPLETED"
+        lines = (dirs[0] / "stdout").read_text().splitlines()
+        # Ids, ports and pids differ from job to job; SLURM_TIME_FORMAT is
+        # what the command transports set for sacct, and sbatch passes on.
+        seen[name] = sorted(line.split("=", 1)[0] if VARYING.match(line) else line
+                            for line in lines if not line.startswith("SLURM_TIME_FORMAT="))
+    assert "SLURM_CPUS_PER_TASK=2" in seen["local"] and "SLURM_EXPORT_ENV=NONE" in seen["local"]
+    assert seen["pyslurm"] == seen["local"]
+    assert seen["ssh"] == seen["local"]
+
+
 def test_a_one_minute_time_limit_ends_as_timeout(sshd, slurm_cluster, tmp_path):
-    """Both transports at once, since Slurm takes 64 to 81 s to end it."""
-    clients = [SlurmClient(LocalTransport()), SlurmClient(SSHTransport(**sshd))]
+    """Every way in at once, since Slurm takes 64 to 81 s to end it."""
+    clients = list(_three_ways(sshd).values())
     jobs = []
     for i, client in enumerate(clients):
-        dirs = [tmp_path / str(i) / d for d in ("state", "org", "code")]
-        for d in dirs:
-            d.mkdir(parents=True)
-        jobs.append(submit(client, spec_for(dirs, "sleep 600", time_limit_minutes=1)))
+        jobs.append(submit(client, spec_for(_dirs(tmp_path, str(i)), "sleep 600",
+                                            time_limit_minutes=1)))
     for client, job in zip(clients, jobs, strict=True):
         record = wait_for_end(client, job, timeout=150)
         assert record.state == "TIMEOUT"

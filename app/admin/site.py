@@ -31,8 +31,8 @@ def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
 
 
 def _transport(kind: str | None, **ssh) -> dict | None:
-    if kind == "local":
-        return {"kind": "local"}
+    if kind in ("local", "pyslurm"):
+        return {"kind": kind}
     if kind == "ssh":
         return {"kind": "ssh", **{k: v for k, v in ssh.items() if v is not None}}
     return None
@@ -51,7 +51,8 @@ def _transport(kind: str | None, **ssh) -> dict | None:
               help="make: each org's Slurm account is made on its first run; existing: "
                    "orgs use accounts the site's admins made (flask create-org --account).")
 @click.option("--transport", type=click.Choice(TRANSPORTS),
-              help="Run Slurm's commands on this host, or on a login node over SSH.")
+              help="Run Slurm's commands on this host, on a login node over SSH, or call "
+                   "Slurm's C API here through pyslurm (see flask doctor).")
 @click.option("--ssh-host", metavar="HOST")
 @click.option("--ssh-user", metavar="USER")
 @click.option("--ssh-key", metavar="PATH", help="The private key the server logs in with.")

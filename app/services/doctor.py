@@ -22,7 +22,9 @@ from app.services.pricing import current_prices
 from app.services.secrets import seal, unseal
 from app.services.site import Site, SiteConfigError, load_site, site_file
 from app.services.volumes import data_path
-from slurm.client import SlurmClient, SlurmError
+from slurm.client import SlurmClient, SlurmError, SlurmUnreachable
+from slurm.pyslurm_client import INSTALL_HINT, load_pyslurm, series
+from slurm.transport import LocalTransport
 
 
 @dataclass
@@ -60,7 +62,12 @@ def _database(_: dict) -> str:
 
 def _slurm(state: dict) -> str:
     site: Site = load_site()
-    client = state["client"] = SlurmClient(site.transport.connect())
+    state["client"] = None
+    try:
+        client = site.transport.client()
+    except SlurmUnreachable as exc:
+        raise Problem(str(exc)) from None
+    state["client"] = client
     try:
         answer = client.ping()
     except SlurmError as exc:
@@ -68,6 +75,33 @@ def _slurm(state: dict) -> str:
         raise Problem(f"Slurm's controller does not answer through {site.transport.describe()}"
                       f" ({exc}); is slurmctld running, and can this host reach it?") from None
     return f"{answer} (through {site.transport.describe()})"
+
+
+def _pyslurm(_: dict) -> str:
+    """Whether pyslurm imports and was built for the cluster's Slurm; a
+    problem only where the site chose it."""
+    chosen = load_site().transport.kind == "pyslurm"
+    try:
+        module = load_pyslurm()
+    except SlurmUnreachable as exc:
+        if chosen:
+            raise Problem(str(exc)) from None
+        return "not installed (the site does not use it; `make pyslurm` to try it)"
+    try:
+        cluster = SlurmClient(LocalTransport()).version()
+    except SlurmError as exc:
+        unknown = f"pyslurm {module.__version__} imports; the cluster's Slurm release is unknown ({exc})"
+        if chosen:
+            raise Problem(unknown) from None
+        return unknown
+    if series(module.__version__) != series(cluster):
+        found = (f"pyslurm {module.__version__} is for Slurm {series(module.__version__)}, "
+                 f"the cluster runs {cluster}: {INSTALL_HINT}")
+        if chosen:
+            raise Problem(found)
+        return f"{found} (the site does not use it)"
+    use = "in use" if chosen else "not in use: `flask site --transport pyslurm`"
+    return f"pyslurm {module.__version__} matches Slurm {cluster} ({use})"
 
 
 def _needs_slurm(check: Callable[[SlurmClient, dict], str]) -> Callable[[dict], str]:
@@ -158,7 +192,7 @@ def _secrets_keys(_: dict) -> str:
 
 
 CHECKS = (("site settings", _site), ("database", _database), ("Slurm", _slurm),
-          ("accounting", _accounting), ("partitions and GPUs", _partitions),
+          ("accounting", _accounting), ("pyslurm", _pyslurm), ("partitions and GPUs", _partitions),
           ("share", _share), ("reconciler", _reconciler), ("prices", _prices),
           ("secrets", _secrets_keys))
 

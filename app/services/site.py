@@ -1,8 +1,9 @@
 """The site's Slurm settings, kept in instance/site.toml (DIV_SITE_FILE) and
 changed with `flask site`: the catalog of hardware the site sells (each
 type's partition, GRES, GPUs a node, what a GPU includes, QoS), the
-container runtime, node scratch, and how the server reaches Slurm (on this
-host, or a login node over SSH). Without the file, the docs' catalog and the
+container runtime, node scratch, and how the server reaches Slurm (its
+commands on this host or on a login node over SSH, or its C API here
+through pyslurm: kind = "pyslurm"). Without the file, the docs' catalog and the
 local transport.
 
 A site that keeps the docs' five types only renames their partitions and
@@ -54,6 +55,7 @@ from flask import current_app
 
 from app.services.errors import Invalid
 from app.services.instance_files import replace_file
+from slurm.client import SlurmClient
 from slurm.jobspec import (
     CPU,
     GPU_NAME,
@@ -67,7 +69,7 @@ from slurm.jobspec import (
 )
 from slurm.transport import LocalTransport, SSHTransport
 
-TRANSPORTS = ("local", "ssh")
+TRANSPORTS = ("local", "ssh", "pyslurm")
 # Partition and GRES names go into #SBATCH lines: plain names only.
 SLURM_NAME = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
 # [slurm] settings: SlurmSite's own, and the docs' types' GPUs a node.
@@ -95,13 +97,23 @@ class Transport:
     known_hosts: str | None = None
 
     def describe(self) -> str:
-        return ("this host" if self.kind == "local"
-                else f"ssh {self.user}@{self.host}:{self.port}")
+        if self.kind == "ssh":
+            return f"ssh {self.user}@{self.host}:{self.port}"
+        return "this host" + (" (pyslurm)" if self.kind == "pyslurm" else "")
 
     def connect(self):
-        if self.kind == "local":
-            return LocalTransport()
-        return SSHTransport(self.host, self.user, self.key_path, self.port, self.known_hosts)
+        if self.kind == "ssh":
+            return SSHTransport(self.host, self.user, self.key_path, self.port, self.known_hosts)
+        return LocalTransport()
+
+    def client(self) -> SlurmClient:
+        """A SlurmClient this way in; SlurmUnreachable when pyslurm is chosen
+        and does not import."""
+        if self.kind == "pyslurm":
+            # Optional: imported by the sites that chose it, alone.
+            from slurm.pyslurm_client import PyslurmClient
+            return PyslurmClient(self.connect())
+        return SlurmClient(self.connect())
 
 
 @dataclass(frozen=True)
@@ -207,8 +219,11 @@ def _transport(table: dict) -> Transport:
     unknown = set(table) - {"kind", *SSH_KEYS}
     if unknown:
         raise SiteConfigError(f"[transport]: unknown setting {sorted(unknown)[0]!r}")
-    if kind == "local":
-        return Transport()
+    if kind != "ssh":
+        unused = set(table) - {"kind"}
+        if unused:
+            raise SiteConfigError(f"[transport] {sorted(unused)[0]!r} is for kind = \"ssh\"")
+        return Transport(kind)
     missing = [key for key in ("host", "user", "key_path") if not table.get(key)]
     if missing:
         raise SiteConfigError(f"[transport] kind = \"ssh\" needs {', '.join(missing)}")

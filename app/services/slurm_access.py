@@ -60,7 +60,7 @@ def slurm_client() -> SlurmClient:
     transport = current_site().transport
     with _lock:
         if transport not in _clients:
-            _clients[transport] = SlurmClient(transport.connect())
+            _clients[transport] = transport.client()
         return _clients[transport]
 
 
