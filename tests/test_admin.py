@@ -4,11 +4,15 @@ SSH transport chosen by config, and the doctor, healthy and with slurmctld
 stopped."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import time
 
+from slurm.client import SlurmClient
+from slurm.pyslurm_client import INSTALL_HINT
 from tests.conftest import DEV_STATE
 from tests.stack import ROOT
 
@@ -59,6 +63,59 @@ def test_the_doctor_checks_the_ssh_transport_it_is_configured_with(stack, projec
     assert unreachable.returncode == 1
     assert "BAD Slurm: Slurm's controller does not answer through ssh root@127.0.0.1:1" \
         in unreachable.stdout
+
+
+def test_the_doctor_says_whether_pyslurm_imports_and_matches_the_cluster(stack, tmp_path):
+    (stack.data_dir / "share").mkdir(exist_ok=True)
+    env = {"DIV_SITE_FILE": str(stack.private_folder("site-pyslurm") / "site.toml")}
+    stack.flask("site", "--transport", "pyslurm", env=env)
+    healthy = stack.flask("doctor", check=False, env=env)
+    assert healthy.returncode == 0, healthy.stdout
+    assert "ok  Slurm: Slurmctld(primary) at vm is UP (through this host (pyslurm))" in healthy.stdout
+    assert re.search(r"^ok  pyslurm: pyslurm 22\.5\.\d+ matches Slurm 22\.05\.\d+ \(in use\)$",
+                     healthy.stdout, re.M), healthy.stdout
+    # A pyslurm built for another Slurm, and one whose libslurm is gone.
+    for name, source in (("other-release", '__version__ = "25.11.0"\n'),
+                         ("no-libslurm", 'raise ImportError("libslurm.so.38: cannot open '
+                                         'shared object file")\n')):
+        module = stack.private_folder(name) / "pyslurm"
+        module.mkdir()
+        (module / "__init__.py").write_text(source)
+        os.chmod(module / "__init__.py", 0o644)
+        os.chmod(module, 0o755)
+        sick = stack.flask("doctor", check=False, env={**env, "PYTHONPATH": str(module.parent)})
+        assert sick.returncode == 1
+        found = [line for line in sick.stdout.splitlines() if line.startswith("BAD pyslurm")]
+        if name == "other-release":
+            assert found == ["BAD pyslurm: pyslurm 25.11.0 is for Slurm 25.11, the cluster runs "
+                             f"{SlurmClient().version()}: {INSTALL_HINT}"]
+        else:
+            assert found == ["BAD pyslurm: pyslurm does not import (libslurm.so.38: cannot open "
+                             "shared object file): " + INSTALL_HINT]
+            assert "BAD Slurm: pyslurm does not import" in sick.stdout
+    # A site that does not use it is not sick for want of it.
+    unused = stack.flask("doctor", check=False, env={"PYTHONPATH": str(module.parent)})
+    assert "ok  pyslurm: not installed (the site does not use it; `make pyslurm` to try it)" \
+        in unused.stdout
+
+
+def test_a_run_goes_through_pyslurm_when_the_site_chooses_it(stack, project):
+    """Nothing else changes: submitted, followed, ended and billed through
+    pyslurm by the same server and reconciler."""
+    stack.flask("site", "--transport", "pyslurm")
+    try:
+        (project / "hello.py").write_text("import sys\nprint('through pyslurm')\n"
+                                          "print('to stderr', file=sys.stderr)\nsys.exit(4)\n")
+        done = stack.div("run", "--gpu", "h100", "--name", "via-pyslurm", "--json", "--",
+                         "python", "hello.py", cwd=project)
+        assert done.returncode == 4, done.stderr
+        out, _, document = done.stdout.partition(b"\n")
+        assert out == b"through pyslurm" and "to stderr\n" in done.stderr.decode()
+        run = json.loads(document)
+        assert (run["status"], run["exit_code"], run["gpu"]) == ("failed", 4, "h100")
+        assert float(run["cost"]) > 0
+    finally:
+        stack.flask("site", "--transport", "local")
 
 
 def _running(pid: int) -> bool:

@@ -169,7 +169,7 @@ def test_the_three_ways_in_agree_record_for_record(sshd, slurm_cluster, tmp_path
 
 
 VARYING = re.compile(r"(SLURM_JOBID|SLURM_JOB_ID|\w*MASTER_PORT|SLURM_SRUN_COMM_PORT|"
-                     r"SLURM_STEP_LAUNCHER_PORT|SLURM_TASK_PID|PWD|OLDPWD|DIV_\w+)=")
+                     r"SLURM_STEP_LAUNCHER_PORT|SLURM_TASK_PID|SLURM_SUBMIT_DIR|PWD|OLDPWD)=")
 
 
 def test_a_job_sees_the_same_environment_whichever_way_it_was_submitted(sshd, slurm_cluster,
@@ -181,10 +181,11 @@ def test_a_job_sees_the_same_environment_whichever_way_it_was_submitted(sshd, sl
         record = wait_for_end(client, submit(client, spec_for(dirs, "env; umask", gpus=2, cpus=2)))
         assert record.state == "COMPLETED"
         lines = (dirs[0] / "stdout").read_text().splitlines()
-        # Ids, ports and pids differ from job to job; SLURM_TIME_FORMAT is
-        # what the command transports set for sacct, and sbatch passes on.
+        # Ids, ports, pids and the folder sbatch ran in differ; SLURM_TIME_FORMAT is
+        # what the command transports set for sacct, and sbatch passes on;
+        # DIV_* the script sets (DIV_DEADLINE once squeue knows the end).
         seen[name] = sorted(line.split("=", 1)[0] if VARYING.match(line) else line
-                            for line in lines if not line.startswith("SLURM_TIME_FORMAT="))
+                            for line in lines if not line.startswith(("SLURM_TIME_FORMAT=", "DIV_")))
     assert "SLURM_CPUS_PER_TASK=2" in seen["local"] and "SLURM_EXPORT_ENV=NONE" in seen["local"]
     assert seen["pyslurm"] == seen["local"]
     assert seen["ssh"] == seen["local"]
