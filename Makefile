@@ -26,7 +26,9 @@ install: $(VENV)/.installed
 
 # Everything on the docs' cluster, then the core end to end on the second
 # profile (tests/test_site2.py), then the docs' cluster again.
-test: lint cluster postgres test-tools node-torch
+test: lint cluster postgres test-tools
+	@# pyslurm builds (minutes, the first time) while torch downloads.
+	scripts/pyslurm-wheel & built=$$!; $(NODE_TORCH_INSTALL); torch=$$?; wait $$built && exit $$torch
 	$(BIN)/pytest; rc=$$?; \
 	DIV_DEV_PROFILE=site2 slurm/dev/up && $(BIN)/pytest -m site2; site2=$$?; \
 	slurm/dev/up; exit $$(( rc || site2 ))
@@ -50,16 +52,17 @@ postgres:
 	scripts/postgres-up
 
 # pyslurm for the cluster's Slurm, built once and kept as a wheel.
-pyslurm: $(VENV)/.installed
+pyslurm: $(VENV)/.installed cluster
 	scripts/pyslurm-wheel
 
 # The distributed tests run real torch (CPU, gloo) inside runs, on the
 # nodes' own Python: installed for it once, beside Debian's packages
 # (/usr/local), as a site's admin would.
 NODE_TORCH = 2.13.0
+NODE_TORCH_INSTALL = /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null || \
+	/usr/bin/python3 -m pip install -q --break-system-packages 'torch==$(NODE_TORCH)' numpy
 node-torch: cluster
-	@/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null || \
-		/usr/bin/python3 -m pip install -q --break-system-packages 'torch==$(NODE_TORCH)' numpy
+	@$(NODE_TORCH_INSTALL)
 
 # The SSH transport's tests start a real sshd; the dashboard's, Debian's
 # Chromium (driven by Playwright's Python package, never `playwright install`);

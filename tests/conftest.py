@@ -9,10 +9,7 @@ rest."""
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +19,7 @@ from app.extensions import db
 from slurm.client import SlurmClient
 from slurm.pyslurm_client import PyslurmClient
 from slurm.transport import LocalTransport, SSHTransport
+from tests.sshd import free_port, running_sshd
 
 DEV_STATE = Path(os.environ.get("DIV_DEV_STATE", "/var/lib/div-dev"))
 POSTGRES_URL = os.environ.get("DIV_TEST_POSTGRES_URL",
@@ -91,35 +89,9 @@ def slurm_cluster():
 
 @pytest.fixture(scope="session")
 def sshd():
-    """A real OpenSSH server on 127.0.0.1 with throwaway keys, which the
-    service user (who runs admin commands) can read."""
-    from tests.stack import SERVICE_USER, service_folder
-    base = service_folder("div-sshd-")
-    host_key, user_key = base / "host_key", base / "user_key"
-    for key in (host_key, user_key):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    (base / "authorized_keys").write_text((base / "user_key.pub").read_text())
-    shutil.chown(user_key, SERVICE_USER, SERVICE_USER)
-    port = _free_port()
-    config = base / "sshd_config"
-    config.write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\n"
-        f"AuthorizedKeysFile {base}/authorized_keys\nPermitRootLogin prohibit-password\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
-        f"PidFile {base}/sshd.pid\nStrictModes no\n"
-        # The transport sets SLURM_TIME_FORMAT through `env`, so no AcceptEnv.
-        "SetEnv PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n")
-    os.makedirs("/run/sshd", exist_ok=True)
-    proc = subprocess.Popen([shutil.which("sshd") or "/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
-                            stderr=open(base / "sshd.log", "w"))
-    host_pub = (base / "host_key.pub").read_text().split()
-    (base / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
-    _wait_for_port(port)
-    yield {"host": "127.0.0.1", "port": port, "user": "root", "key_path": str(user_key),
-           "known_hosts": str(base / "known_hosts")}
-    proc.terminate()
-    proc.wait(10)
-    shutil.rmtree(base, ignore_errors=True)
+    """A real OpenSSH server on 127.0.0.1 (tests/sshd.py)."""
+    with running_sshd() as login:
+        yield login
 
 
 @pytest.fixture(scope="session", params=["local", "ssh", "pyslurm"])
@@ -146,28 +118,12 @@ def job_dirs(tmp_path):
     return state, volumes, code
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port: int) -> None:
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"sshd did not listen on {port}")
-
-
 @pytest.fixture(scope="session")
 def stack(slurm_cluster):
     """The API server and reconciler on a fresh PostgreSQL database, with two
     orgs (e2e and other), each with a key."""
     from tests.stack import start_stack, stop_stack
-    running = start_stack(_free_port(), POSTGRES_URL)
+    running = start_stack(free_port(), POSTGRES_URL)
     yield running
     stop_stack(running)
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tests.conftest import DEV_STATE, POSTGRES_URL, _free_port
+from tests.conftest import DEV_STATE, POSTGRES_URL
+from tests.sshd import free_port
 from tests.stack import ROOT, VENV_BIN, Stack, service_folder, start_stack, stop_stack
 
 # Holds a real sbatch before or after it runs while a file is there, so the
@@ -48,7 +49,7 @@ def faulty(request, slurm_cluster):
     settings = {"PATH": f"{hold}:{VENV_BIN}:{os.environ['PATH']}",
                 "DIV_SUBMIT_GRACE": str(SUBMIT_GRACE)}
     postgres = POSTGRES_URL if request.param == "postgresql" else None
-    stack = start_stack(_free_port(), postgres, "divergent_faults", settings)
+    stack = start_stack(free_port(), postgres, "divergent_faults", settings)
     stack.hold = hold
     yield stack
     stop_stack(stack)

@@ -13,7 +13,8 @@ import subprocess
 
 import pytest
 
-from tests.conftest import POSTGRES_URL, _free_port
+from tests.conftest import POSTGRES_URL
+from tests.sshd import free_port
 from tests.stack import start_stack, stop_stack
 
 pytestmark = pytest.mark.site2
@@ -38,7 +39,7 @@ def site2(slurm_cluster):
     assert {"gpu", "older", "batch"} <= set(partitions.stdout.split()), (
         "the dev cluster is not the site2 profile: DIV_DEV_PROFILE=site2 slurm/dev/up "
         "(make test does)\n" + partitions.stdout)
-    stack = start_stack(_free_port(), POSTGRES_URL, database="divergent_site2",
+    stack = start_stack(free_port(), POSTGRES_URL, database="divergent_site2",
                         accounts={"e2e": "lab-e2e", "other": "lab-other"},
                         before_start=set_up_the_site)
     yield stack

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _free_port, _wait_for_port
+from tests.sshd import free_port, wait_for_port
 from tests.stack import ROOT
 
 DEPLOY = ROOT / "deploy"
@@ -44,7 +44,7 @@ def tls(stack, tmp_path_factory):
     the folder with the CA."""
     folder = tmp_path_factory.mktemp("tls")
     make_ca_and_server_cert(folder)
-    port, plain = _free_port(), _free_port()
+    port, plain = free_port(), free_port()
     site = (DEPLOY / "nginx" / "divergent.conf").read_text()
     for shipped, here in (("127.0.0.1:8000", f"127.0.0.1:{stack.port}"),
                           ("listen 443 ssl", f"listen 127.0.0.1:{port} ssl"),
@@ -62,7 +62,7 @@ def tls(stack, tmp_path_factory):
     nginx = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-p", str(folder), "-e",
                               str(folder / "error.log"), "-c", str(folder / "nginx.conf"),
                               "-g", "daemon off;"], stderr=subprocess.PIPE)
-    _wait_for_port(port)
+    wait_for_port(port)
     yield f"https://localhost:{port}", folder
     nginx.terminate()
     nginx.wait(10)
