@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import socket
 import tempfile
 import threading
+import time
 
-from slurm.client import SlurmClient, SlurmError, SlurmUnreachable, _job_id
+from slurm.client import SlurmClient, SlurmError, SlurmUnreachable, _job_id, _judged_sbatch
 from slurm.records import LIVE_STATES, JobRecord, accounted, plain_reason
 from slurm.transport import CommandResult, LocalTransport
 
@@ -36,6 +38,10 @@ DIRECTIVES = {
     "open-mode": "log_files_open_mode", "export": "environment",
     "requeue": "is_requeueable", "signal": "signal",
 }
+ALREADY_DONE = "Job/step already completing or completed"
+# Live states in which the job has ended all the same: its final record may
+# be in the database (the commands' merge settles on it).
+ENDING = {"COMPLETING", "STAGE_OUT"}
 # Those pyslurm takes as numbers (the rest it parses as sbatch does).
 NUMBERS = {"ntasks_per_node", "cpus_per_task", "time_limit"}
 
@@ -70,8 +76,10 @@ def submit_options(script: str) -> dict:
         if attribute is None:
             raise SlurmError(f"pyslurm: cannot submit a script with #SBATCH {flag}")
         options[attribute] = int(value) if attribute in NUMBERS else value or True
-    # The server's own environment must never reach a run (script.py says
-    # so with --export=NONE, which pyslurm would read as "everything").
+    if "signal" in options:
+        options["signal"] = _warning(options["signal"])
+    # The server's own environment must never reach a run: script.py says
+    # --export=NONE, for which pyslurm's own reading would need a string.
     if options.pop("environment", None) != "NONE":
         raise SlurmError("pyslurm: the script must say #SBATCH --export=NONE")
     # sbatch counts the tasks from the nodes; pyslurm would ask for one.
@@ -81,20 +89,26 @@ def submit_options(script: str) -> dict:
     return options
 
 
+def _warning(value: str) -> dict:
+    """--signal=USR1@45 as pyslurm takes it (it knows signals by their SIG
+    names, sbatch without)."""
+    name, _, lead = value.partition("@")
+    number = int(name) if name.isdigit() else signal.Signals["SIG" + name.removeprefix("SIG")]
+    return {"signal": int(number), "time": int(lead or 60)}
+
+
 def sbatch_environment(options: dict) -> dict[str, str]:
     """What sbatch --export=NONE puts in a job's environment beyond the
     SLURM_* variables of its own (which pyslurm copies from this process's
     too): the script reads SLURM_CPUS_PER_TASK, and a run sees what it would
     under sbatch."""
-    umask = os.umask(0)
-    os.umask(umask)
     environment = {
         "SLURM_EXPORT_ENV": "NONE",
         "SLURM_JOB_NAME": options.get("name", ""),
         "SLURM_PRIO_PROCESS": str(os.getpriority(os.PRIO_PROCESS, 0)),
         "SLURM_SUBMIT_DIR": os.getcwd(),
         "SLURM_SUBMIT_HOST": socket.gethostname(),
-        "SLURM_UMASK": f"{umask:04o}",
+        "SLURM_UMASK": _umask(),
     }
     if "cpus_per_task" in options:
         environment["SLURM_CPUS_PER_TASK"] = str(options["cpus_per_task"])
@@ -105,10 +119,43 @@ def sbatch_environment(options: dict) -> dict[str, str]:
     return environment
 
 
+def _umask() -> str:
+    # Read, never set and put back: os.umask() would change it for every
+    # thread of the server for that moment.
+    with open("/proc/self/status") as status:
+        return next(line.split()[1] for line in status if line.startswith("Umask:"))
+
+
+# What sbatch sleeps on and tries again (the queue is full, job creation is
+# paused for a moment); pyslurm gives up at once.
+BUSY = ("Resource temporarily unavailable", "Unable to create job record, try again",
+        "Requested nodes are busy")
+RETRIES = 5
+
+
+def _submission_class(pyslurm):
+    class Submission(pyslurm.JobSubmitDescription):
+        """pyslurm 22.5.3 reads --signal but never puts it in the job's
+        description: without this a run would get no warning before its
+        time limit."""
+
+        def _create_job_submit_desc(self, is_update=False):
+            super()._create_job_submit_desc(is_update)
+            self._set_signal()
+    return Submission
+
+
 class PyslurmClient(SlurmClient):
     def __init__(self, transport=None):
         super().__init__(transport or LocalTransport())
         self.pyslurm = load_pyslurm()
+        try:
+            self._submission = _submission_class(self.pyslurm)
+        except AttributeError as exc:
+            # Another release's pyslurm, or not pyslurm at all.
+            raise SlurmUnreachable(f"pyslurm {getattr(self.pyslurm, '__version__', '?')} "
+                                   f"lacks the calls this client makes ({exc}): "
+                                   f"{INSTALL_HINT}") from None
         # libslurm keeps per-process state (its config, its connections):
         # one call at a time from this process's threads.
         self._lock = threading.Lock()
@@ -121,26 +168,39 @@ class PyslurmClient(SlurmClient):
             raise SlurmError(f"{command}: {exc.msg}") from None
 
     def submit(self, script: str) -> str:
-        description = self.pyslurm.JobSubmitDescription(**submit_options(script))
+        description = self._submission(**submit_options(script))
         # pyslurm takes the script from a file, as sbatch does.
         with tempfile.NamedTemporaryFile("w", prefix="div-batch-", suffix=".sh") as file:
             file.write(script)
             file.flush()
             description.script = file.name
-            try:
-                with self._lock:
-                    job_id = description.submit()
-            except self.pyslurm.RPCError as exc:
-                # Judged as sbatch's own answer would be.
-                return self._submitted(CommandResult(
-                    1, "", f"sbatch: error: Batch job submission failed: {exc.msg}\n"))
-            except ValueError as exc:
-                raise SlurmError(f"pyslurm: {exc}") from None
+            for attempt in range(RETRIES + 1):
+                try:
+                    with self._lock:
+                        job_id = description.submit()
+                    break
+                except self.pyslurm.RPCError as exc:
+                    if exc.msg in BUSY and attempt < RETRIES:
+                        time.sleep(attempt + 1)     # as sbatch: 1 s, 2 s, ...
+                        continue
+                    # Judged as sbatch's own answer would be.
+                    return self._submitted(_judged_sbatch(CommandResult(
+                        1, "", f"sbatch: error: Batch job submission failed: {exc.msg}\n")))
+                except ValueError as exc:
+                    raise SlurmError(f"pyslurm: {exc}") from None
         return self._submitted(CommandResult(0, f"{job_id}\n", ""))
 
     def cancel(self, job_id: str) -> None:
-        job = self.pyslurm.Job(int(_job_id(job_id)))
-        self._rpc("scancel", job.cancel)
+        job = int(_job_id(job_id))
+        try:
+            # The call that judges by its return code (Job.cancel judges by
+            # errno, which a success can leave set).
+            with self._lock:
+                self.pyslurm.slurm_kill_job(job, signal.SIGKILL, 0)
+        except ValueError as exc:
+            message = exc.args[0] if exc.args else str(exc)
+            if message != ALREADY_DONE:         # as scancel: nothing to do
+                raise SlurmError(f"scancel: {message}") from None
 
     def shorten(self, job_id: str, minutes: int) -> None:
         changes = self.pyslurm.JobSubmitDescription(time_limit=int(minutes))
@@ -158,8 +218,8 @@ class PyslurmClient(SlurmClient):
         if not ids:
             return {}
         live, requeued = self._controller(set(ids))
-        ended = [j for j in ids if j in live and live[j].state not in LIVE_STATES
-                 and j not in requeued]
+        ended = [j for j in ids if j in live and j not in requeued
+                 and (live[j].state not in LIVE_STATES or live[j].state in ENDING)]
         uncertain = [j for j in ids if j not in live or j in requeued]
 
         def final() -> dict[str, JobRecord]:

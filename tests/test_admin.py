@@ -11,9 +11,13 @@ import signal
 import subprocess
 import time
 
-from slurm.client import SlurmClient
-from slurm.pyslurm_client import INSTALL_HINT
+import pytest
+
+from slurm.client import SlurmClient, SubmitNotReceived
+from slurm.pyslurm_client import INSTALL_HINT, PyslurmClient
+from slurm.script import render_batch_script
 from tests.conftest import DEV_STATE
+from tests.jobs import SITE, spec_for
 from tests.stack import ROOT
 
 
@@ -130,7 +134,7 @@ def _slurmctld_answers() -> bool:
     return subprocess.run(["scontrol", "ping"], capture_output=True).returncode == 0
 
 
-def test_the_doctor_reports_a_stopped_slurmctld(stack, project):
+def test_the_doctor_reports_a_stopped_slurmctld(stack, project, tmp_path):
     (stack.data_dir / "share").mkdir(exist_ok=True)     # as the first volume makes it
     healthy = stack.flask("doctor", check=False)
     assert healthy.returncode == 0, healthy.stdout
@@ -158,6 +162,10 @@ def test_the_doctor_reports_a_stopped_slurmctld(stack, project):
         assert down.stderr.decode().splitlines()[-1].startswith(
             "Slurm did not take the run: Slurm's controller does not answer (")
         assert "nothing was started, try again" in down.stderr.decode()
+        # pyslurm's submit is judged as sbatch's answer: not received, not refused.
+        dirs = [tmp_path / d for d in ("state", "org", "code")]
+        with pytest.raises(SubmitNotReceived, match="^Slurm's controller does not answer \\("):
+            PyslurmClient().submit(render_batch_script(spec_for(dirs, "true"), SITE))
     finally:
         subprocess.run([str(ROOT / "slurm/dev/up")], check=True, capture_output=True)
     assert _slurmctld_answers()

@@ -27,7 +27,7 @@ def test_every_directive_we_write_becomes_the_submissions(tmp_path):
         "ntasks_per_node": 1, "ntasks": 2, "gres_per_node": "gpu:h100:8", "cpus_per_task": 2,
         "memory_per_node": "16G", "time_limit": 62, "working_directory": str(dirs[0]),
         "standard_output": f"{dirs[0]}/slurm.log", "standard_error": f"{dirs[0]}/slurm.log",
-        "log_files_open_mode": "append", "is_requeueable": True, "signal": "USR1@45",
+        "log_files_open_mode": "append", "is_requeueable": True, "signal": {"signal": 10, "time": 45},
         "get_user_environment": True}
     # As sbatch --export=NONE sets them: nothing of this process's own.
     assert environment == {

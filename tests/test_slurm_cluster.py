@@ -191,18 +191,26 @@ def test_a_job_sees_the_same_environment_whichever_way_it_was_submitted(sshd, sl
     assert seen["ssh"] == seen["local"]
 
 
-def test_a_one_minute_time_limit_ends_as_timeout(sshd, slurm_cluster, tmp_path):
-    """Every way in at once, since Slurm takes 64 to 81 s to end it."""
+WARNED = ("import signal, time; signal.signal(signal.SIGUSR1, lambda *_: print('warned', "
+          "flush=True)); time.sleep(600)")
+
+
+def test_a_one_minute_time_limit_ends_as_timeout_after_a_warning(sshd, slurm_cluster, tmp_path):
+    """Every way in at once, since Slurm takes 64 to 81 s to end it; the run
+    asked for the warning (--signal), and gets it whichever way it came in."""
     clients = list(_three_ways(sshd).values())
-    jobs = []
+    jobs, states = [], []
     for i, client in enumerate(clients):
-        jobs.append(submit(client, spec_for(_dirs(tmp_path, str(i)), "sleep 600",
+        dirs = _dirs(tmp_path, str(i))
+        states.append(dirs[0])
+        jobs.append(submit(client, spec_for(dirs, f'python3 -c "{WARNED}"',
                                             time_limit_minutes=1)))
-    for client, job in zip(clients, jobs, strict=True):
+    for client, job, state in zip(clients, jobs, states, strict=True):
         record = wait_for_end(client, job, timeout=150)
         assert record.state == "TIMEOUT"
         assert run_status(record) == "budget_exceeded"
         assert 60 <= record.elapsed_seconds <= 90
+        assert (state / "stdout").read_text() == "warned\n", type(client).__name__
 
 
 def _wait_running(slurm: SlurmClient, job: str) -> None:
