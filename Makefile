@@ -8,15 +8,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FLASK_APP := wsgi.py
 
-.PHONY: up install test test-fast lint down cluster postgres test-tools node-torch pyslurm
+.PHONY: up install test test-fast lint down cluster s3 postgres test-tools node-torch pyslurm
 
 # The server, the reconciler and their admin commands run as the service
 # user (scripts/services); the key file for the developer is copied out.
-up: $(VENV)/.installed cluster
+up: $(VENV)/.installed cluster s3
 	scripts/services exec $(BIN)/flask db upgrade
 	scripts/services start
 	scripts/services exec $(BIN)/flask dev-bootstrap --env-file instance/dev.env
 	install -m 600 instance/dev.env .div-dev.env
+	cat $(S3_BASE)/s3.env >> .div-dev.env
 	@echo "copied to .div-dev.env (mode 0600): set -a; . ./.div-dev.env; set +a"
 
 # A login node's install (README "Installing on a login node"): the venv and
@@ -26,7 +27,7 @@ install: $(VENV)/.installed
 
 # Everything on the docs' cluster, then the core end to end on the second
 # profile (tests/test_site2.py), then the docs' cluster again.
-test: lint cluster postgres test-tools
+test: lint cluster s3 postgres test-tools
 	@# pyslurm builds (minutes, the first time) while torch downloads.
 	scripts/pyslurm-wheel & built=$$!; $(NODE_TORCH_INSTALL); torch=$$?; wait $$built && exit $$torch
 	$(BIN)/pytest; rc=$$?; \
@@ -43,10 +44,16 @@ lint: $(VENV)/.installed
 
 down:
 	-scripts/services stop
+	s3/dev/down
 	slurm/dev/down
 
 cluster:
 	slurm/dev/up
+
+# The dev S3 server (Debian's Swift on 127.0.0.1); its keys in $(S3_BASE)/s3.env.
+S3_BASE := $(or $(DIV_S3_BASE),/var/lib/div-s3)
+s3:
+	s3/dev/up
 
 postgres:
 	scripts/postgres-up

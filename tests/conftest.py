@@ -1,11 +1,12 @@
-"""Fixtures over real parts: the dev Slurm cluster (slurm/dev/up), an OpenSSH
-server on 127.0.0.1 for the SSH transport, SQLite and PostgreSQL; and the
-app in-process (`app`, `client`, `runner`, as in Flask's tutorial).
+"""Fixtures over real parts: the dev Slurm cluster (slurm/dev/up), the dev
+S3 server (s3/dev/up), an OpenSSH server on 127.0.0.1 for the SSH
+transport, SQLite and PostgreSQL; and the app in-process (`app`, `client`,
+`runner`, as in Flask's tutorial).
 
-A missing cluster or database is a failure here, never a skip: `make test`
-brings them up first. Tests that reach the cluster through `slurm_cluster`
-(every server stack does) are marked `cluster`; `make test-fast` runs the
-rest."""
+A missing cluster, S3 server or database is a failure here, never a skip:
+`make test` brings them up first. Tests that reach the cluster through
+`slurm_cluster` (every server stack does) or the S3 server through
+`s3_server` are marked `cluster`; `make test-fast` runs the rest."""
 from __future__ import annotations
 
 import os
@@ -27,14 +28,15 @@ POSTGRES_URL = os.environ.get("DIV_TEST_POSTGRES_URL",
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "cluster: needs the dev Slurm cluster (and so, the server)")
+    config.addinivalue_line("markers", "cluster: needs the dev Slurm cluster (and so, the "
+                                       "server) or the dev S3 server")
     config.addinivalue_line("markers", "site2: needs the dev cluster's site2 profile "
                                        "(make test brings it up and runs them after the rest)")
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if "slurm_cluster" in item.fixturenames:
+        if {"slurm_cluster", "s3_server"} & set(item.fixturenames):
             item.add_marker(pytest.mark.cluster)
 
 
@@ -85,6 +87,19 @@ def slurm_cluster():
     assert done.returncode == 0 and "UP" in done.stdout, (
         "the dev Slurm cluster is not up: run `make test` or slurm/dev/up\n" + done.stdout + done.stderr)
     return True
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> dict[str, str]:
+    """The dev S3 server's endpoint and keys, as `make up` gives them
+    (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); `make test` starts it."""
+    env_file = Path(os.environ.get("DIV_S3_BASE", "/var/lib/div-s3")) / "s3.env"
+    assert env_file.exists(), f"the dev S3 server is not up (no {env_file}): run `make test` or s3/dev/up"
+    settings = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if line)
+    health = subprocess.run(["curl", "-s", "-m", "2", settings["AWS_ENDPOINT_URL"] + "/healthcheck"],
+                            capture_output=True, text=True)
+    assert health.stdout == "OK", f"the dev S3 server does not answer: s3/dev/up ({health.stderr})"
+    return settings
 
 
 @pytest.fixture(scope="session")
