@@ -77,29 +77,29 @@ def _slurm(state: dict) -> str:
     return f"{answer} (through {site.transport.describe()})"
 
 
-def _pyslurm(_: dict) -> str:
+def _pyslurm(state: dict) -> str:
     """Whether pyslurm imports and was built for the cluster's Slurm; a
     problem only where the site chose it."""
     chosen = load_site().transport.kind == "pyslurm"
+
+    def finding(text: str, unused: str) -> str:
+        if chosen:
+            raise Problem(text)
+        return text + unused
     try:
         module = load_pyslurm()
     except SlurmUnreachable as exc:
-        if chosen:
-            raise Problem(str(exc)) from None
-        return "not installed (the site does not use it; `make pyslurm` to try it)"
+        return finding(str(exc), "") if chosen else \
+            "not installed (the site does not use it; `make pyslurm` to try it)"
     try:
-        cluster = SlurmClient(LocalTransport()).version()
+        # The cluster's release, from the client the Slurm check made.
+        cluster = (state.get("client") or SlurmClient(LocalTransport())).version()
     except SlurmError as exc:
-        unknown = f"pyslurm {module.__version__} imports; the cluster's Slurm release is unknown ({exc})"
-        if chosen:
-            raise Problem(unknown) from None
-        return unknown
+        return finding(f"pyslurm {module.__version__} imports; the cluster's Slurm release "
+                       f"is unknown ({exc})", "")
     if series(module.__version__) != series(cluster):
-        found = (f"pyslurm {module.__version__} is for Slurm {series(module.__version__)}, "
-                 f"the cluster runs {cluster}: {INSTALL_HINT}")
-        if chosen:
-            raise Problem(found)
-        return f"{found} (the site does not use it)"
+        return finding(f"pyslurm {module.__version__} is for Slurm {series(module.__version__)}, "
+                       f"the cluster runs {cluster}: {INSTALL_HINT}", " (the site does not use it)")
     use = "in use" if chosen else "not in use: `flask site --transport pyslurm`"
     return f"pyslurm {module.__version__} matches Slurm {cluster} ({use})"
 
