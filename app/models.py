@@ -163,6 +163,9 @@ class Run(db.Model):
     # mask in its log (the values it ran with, even if a secret changes since).
     secret_names: Mapped[list] = mapped_column(sa.JSON, default=list)
     secrets_sealed: Mapped[str | None] = mapped_column(sa.Text)
+    # Buckets copied into volumes before it started (--mount): url, path
+    # (/mnt/NAME) and copy (the transfer run's name), each.
+    mounts: Mapped[list] = mapped_column(sa.JSON, default=list)
 
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

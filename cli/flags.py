@@ -30,6 +30,7 @@ CHECK = re.compile(r"^([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)(>=|<=|==|!=|>|<)(.+)
 NUMBER = re.compile(r"^-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 PY_FILE = re.compile(r"^((?:[A-Za-z_]\w*/)*[A-Za-z_]\w*)\.py$")
 VOLUME = re.compile(r"^[a-z0-9_-][a-z0-9._-]{0,62}$")
+S3_BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,62}$")
 IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
 
 
@@ -139,6 +140,26 @@ def parse_volume(text: str) -> str:
     if not VOLUME.fullmatch(text):
         raise click.BadParameter(f"{text!r}: use lowercase letters, digits, -, _ and ., "
                                  "1 to 63 characters, not starting with .", param_hint="--volume")
+    return text
+
+
+def parse_s3_url(text: str) -> str:
+    """s3://BUCKET/PREFIX; the server checks the rest."""
+    bucket = text.removeprefix("s3://").split("/", 1)[0]
+    if not text.startswith("s3://") or not S3_BUCKET.fullmatch(bucket):
+        raise click.BadParameter(f"{text!r} is not an S3 location such as s3://BUCKET/PREFIX "
+                                 "(a bucket name is 3 to 63 letters, digits, ., - and _)")
+    return text
+
+
+def parse_mount(text: str) -> str:
+    """s3://BUCKET/PREFIX:/mnt/NAME, whose NAME is a volume's name."""
+    url, _, volume = text.rpartition(":/mnt/")
+    if not url:
+        raise click.BadParameter(f"{text!r}: a mount is s3://BUCKET/PREFIX:/mnt/NAME",
+                                 param_hint="--mount")
+    parse_s3_url(url)
+    parse_volume(volume.rstrip("/"))
     return text
 
 

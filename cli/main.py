@@ -10,6 +10,7 @@ from cli.runs import logs, ls, stop
 from cli.schedule import schedule
 from cli.secrets import secrets
 from cli.storage import storage
+from cli.transfers import export, import_
 from cli.usage import usage
 
 
@@ -19,5 +20,7 @@ def cli() -> None:
     """divergent: run code on your organisation's GPUs."""
 
 
+storage.add_command(import_)
+storage.add_command(export)
 for command in (run, logs, stop, ls, login, whoami, keys, secrets, schedule, storage, usage):
     cli.add_command(command)

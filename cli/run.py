@@ -23,6 +23,7 @@ from cli.flags import (
     parse_env,
     parse_image,
     parse_memory,
+    parse_mount,
     parse_name,
     parse_secret_name,
     parse_usd,
@@ -97,6 +98,10 @@ def _callback(parse, *extra):
               callback=lambda ctx, param, values: [parse_secret_name(v) for v in values],
               help="An org secret (div secrets set) to give the run as an environment "
                    "variable; masked as *** in its log. Repeatable.")
+@click.option("--mount", "mounts", multiple=True, metavar="s3://BUCKET/PREFIX:/mnt/NAME",
+              callback=lambda ctx, param, values: [parse_mount(v) for v in values],
+              help="Copy an S3 prefix into the volume NAME before the run starts (only what "
+                   "changed since the last copy; the org's AWS_* secrets). Repeatable.")
 @click.option("--check", "checks", multiple=True, metavar="CHECK",
               callback=lambda ctx, param, values: [parse_check(v) for v in values],
               help="Condition the result must meet, such as metrics.accuracy>=0.8. Repeatable.")
@@ -118,7 +123,12 @@ def run(api, detach: bool, as_json: bool, **flags):
     """
     body = run_request(api, flags, click.get_current_context().meta["after_dashes"],
                        lambda request: check_first(api, "/runs/check", request))
-    created = start(api, body)
+    follow_started(api, start(api, "/runs", body), detach, as_json)
+
+
+def follow_started(api, created: dict, detach: bool, as_json: bool) -> None:
+    """The header, then (unless detached) the log to its end, the last line,
+    and the exit code the docs' table gives; Ctrl-C detaches."""
     started = created["run"]
     click.echo(created["header"], err=True)
     if detach:
@@ -137,14 +147,14 @@ def run(api, detach: bool, as_json: bool, **flags):
     sys.exit(exit_code_for(end["run"]))
 
 
-def start(api, body: dict) -> dict:
-    """POST /runs, tried again with the same Idempotency-Key while the API is
-    away (a server restart) for up to RECONNECT_SECONDS: an answer lost on
-    the way back gets the run it made, never a second run."""
+def start(api, path: str, body: dict) -> dict:
+    """POST /runs (or /transfers), tried again with the same Idempotency-Key
+    while the API is away (a server restart) for up to RECONNECT_SECONDS: an
+    answer lost on the way back gets the run it made, never a second run."""
     key, lost_since = secrets.token_hex(16), None
     while True:
         try:
-            return api.post("/runs", body, headers={"Idempotency-Key": key})
+            return api.post(path, body, headers={"Idempotency-Key": key})
         except ApiUnreachable:
             lost_since = lost_since or time.monotonic()
             if time.monotonic() - lost_since > RECONNECT_SECONDS:
@@ -179,7 +189,7 @@ def run_request(api, params: dict, after_dashes: bool,
     body = {"project": project, "command": command, "gpu": gpu, "gpus": gpus, "cpu": cpus,
             "memory": memory, "name": params["name"], "image": params["image"],
             "env": params["env_items"] or {}, "secrets": params["secrets"],
-            "checks": [c["check"] for c in params["checks"]],
+            "checks": [c["check"] for c in params["checks"]], "mounts": params["mounts"],
             "telemetry": telemetry.read_text() if telemetry else None,
             "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f")}
     check(body)

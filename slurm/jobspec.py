@@ -24,6 +24,7 @@ VOLUME_NAME = re.compile(r"^[a-z0-9_-][a-z0-9._-]{0,62}$")
 # State folders appear in #SBATCH lines, which Slurm parses without a shell
 # and where % is a pattern: only plain path characters.
 STATE_PATH = re.compile(r"^/[A-Za-z0-9._/-]+$")
+JOB_ID = re.compile(r"^[0-9]{1,12}$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Names Slurm, bash or divergent give meaning to, and the ones the platform
 # sets for every run: a run's env and secrets may not use them. The run's
@@ -155,6 +156,9 @@ class JobSpec:
     # Whether the server wrote secrets for it: an attempt finds them in its
     # state folder or does not start.
     has_secrets: bool = False
+    # Job ids that must end well (afterok) before this job starts: the
+    # copies of the buckets a run mounts.
+    after_jobs: tuple[str, ...] = ()
 
     def __post_init__(self):
         validate(self)
@@ -211,6 +215,8 @@ def validate(spec: JobSpec) -> None:
                   spec.trees_dir or "", *spec.env.values()):
         if "\0" in value:
             raise InvalidJobSpec("values must not contain NUL bytes")
+    for job in spec.after_jobs:
+        _check(JOB_ID, job, "job id")
     for path in (spec.state_dir, spec.volumes_dir, spec.code_dir, spec.trees_dir):
         if path is not None and not path.startswith("/"):
             raise InvalidJobSpec(f"paths must be absolute: {path!r}")

@@ -36,7 +36,8 @@ DIRECTIVES = {
     "mem": "memory_per_node", "time": "time_limit", "chdir": "working_directory",
     "output": "standard_output", "error": "standard_error",
     "open-mode": "log_files_open_mode", "export": "environment",
-    "requeue": "is_requeueable", "signal": "signal",
+    "requeue": "is_requeueable", "signal": "signal", "dependency": "dependencies",
+    "kill-on-invalid-dep": "kill_on_invalid_dependency",
 }
 ALREADY_DONE = "Job/step already completing or completed"
 # Live states in which the job has ended all the same: its final record may
@@ -78,6 +79,8 @@ def submit_options(script: str) -> dict:
         options[attribute] = int(value) if attribute in NUMBERS else value or True
     if "signal" in options:
         options["signal"] = _warning(options["signal"])
+    if "kill_on_invalid_dependency" in options:
+        options["kill_on_invalid_dependency"] = options["kill_on_invalid_dependency"] == "yes"
     # The server's own environment must never reach a run: script.py says
     # --export=NONE, for which pyslurm's own reading would need a string.
     if options.pop("environment", None) != "NONE":

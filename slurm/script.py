@@ -278,6 +278,9 @@ def sbatch_directives(spec: JobSpec, site: SlurmSite) -> list[str]:
     ]
     if spec.time_limit_minutes is not None:
         lines.append(f"--time={spec.time_limit_minutes}")
+    if spec.after_jobs:
+        # A copy that fails ends this job at once, never leaves it pending.
+        lines += ["--dependency=afterok:" + ":".join(spec.after_jobs), "--kill-on-invalid-dep=yes"]
     lines += [
         # Never the server's own folder: apptainer would mount the cwd.
         f"--chdir={spec.state_dir}",

@@ -8,7 +8,7 @@ import os
 import re
 import secrets
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sqlalchemy as sa
 from sqlalchemy.orm import selectinload
@@ -36,6 +36,7 @@ from app.services.slurm_access import (
     slurm_site,
 )
 from app.services.submissions import adopt_job, record_job, settle_without_job
+from app.services.transfers import S3Location, Transfer, parse_mount, run_fields
 from app.services.usage import minutes_left
 from app.services.volumes import ensure_volume, org_dir, run_dir, trees_dir, volumes_in_command
 from slurm.client import SlurmError, SubmitNotReceived, SubmitRefused
@@ -72,6 +73,16 @@ class RunRequest:
     telemetry: str | None = None
     code_ref: str | None = None
     secrets: list[str] = field(default_factory=list)
+    # Set by the server alone, never from a request: code of its own (a
+    # transfer's program), the volumes to make (None: those the command
+    # names) and jobs that must end well before this one starts.
+    tool_dir: str | None = None
+    volumes: list[str] | None = None
+    after_jobs: list[str] = field(default_factory=list)
+    # Buckets copied into volumes before the run starts (--mount), and the
+    # names of the transfer runs that copy them.
+    mounts: list[tuple[S3Location, str]] = field(default_factory=list)
+    copies: list[str] = field(default_factory=list)
 
 
 def _int(body: dict, key: str, default):
@@ -88,7 +99,7 @@ def _str(body: dict, key: str, default=None) -> str | None:
     return value
 
 
-def _dollars(text: str | None) -> int | None:
+def dollars(text: str | None) -> int | None:
     if text is None:
         return None
     try:
@@ -105,19 +116,20 @@ def parse_request(body: object) -> RunRequest:
     if not isinstance(body, dict):
         raise Invalid("send the run as a JSON object")
     env, checks = body.get("env") or {}, body.get("checks") or []
-    secrets = body.get("secrets") or []
+    secrets, mounts = body.get("secrets") or [], body.get("mounts") or []
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise Invalid("env must map names to string values")
-    for value, what in ((checks, "checks"), (secrets, "secrets")):
+    for value, what in ((checks, "checks"), (secrets, "secrets"), (mounts, "mounts")):
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise Invalid(f"{what} must be a list of strings")
     req = RunRequest(
         project=_str(body, "project") or "", command=_str(body, "command") or "",
         gpu=_str(body, "gpu", "h100"), gpus=_int(body, "gpus", 1),
         cpus=_int(body, "cpu", None), memory_gib=_int(body, "memory", None),
-        max_spend_micros=_dollars(_str(body, "max_spend")), name=_str(body, "name"),
+        max_spend_micros=dollars(_str(body, "max_spend")), name=_str(body, "name"),
         image=_str(body, "image", DEFAULT_IMAGE), env=env, checks=checks,
-        telemetry=_str(body, "telemetry"), code_ref=_str(body, "code"), secrets=secrets)
+        telemetry=_str(body, "telemetry"), code_ref=_str(body, "code"), secrets=secrets,
+        mounts=[parse_mount(mount) for mount in mounts])
     _validate(req)
     return req
 
@@ -152,6 +164,9 @@ def _validate(req: RunRequest) -> None:
         raise Invalid("telemetry.toml may be at most 64 KiB")
     if req.code_ref is not None and not CODE_REF.fullmatch(req.code_ref):
         raise Invalid(f"invalid code reference {req.code_ref!r}")
+    volumes = [volume for _, volume in req.mounts]
+    if len(set(volumes)) != len(volumes):
+        raise Invalid("two mounts name the same /mnt/NAME")
 
 
 # More nodes than any run asks for: a bound on the numbers that reach sbatch.
@@ -257,7 +272,8 @@ def _job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,
             cpus=sizing.cpus, memory_gib=sizing.memory_gib, command=req.command,
             state_dir=run_dir(org, name), volumes_dir=org_dir(org), project=req.project,
             image=req.image, time_limit_minutes=sizing.minutes, env=req.env,
-            code_dir=code_dir, trees_dir=trees_dir(org), has_secrets=bool(req.secrets)),
+            code_dir=code_dir, trees_dir=trees_dir(org), has_secrets=bool(req.secrets),
+            after_jobs=tuple(req.after_jobs)),
             slurm_site())
     except InvalidJobSpec as exc:
         raise Invalid(str(exc)) from None
@@ -271,6 +287,8 @@ def check_run(user: User, req: RunRequest) -> None:
     org = user.org
     sizing = size_run(org, req)
     values_for_run(org, req.secrets)
+    for location, volume in req.mounts:
+        run_fields(org, Transfer("import", volume, "", location), catalog())
     if req.name is not None and db.session.execute(db.select(Run.id).filter_by(
             org_id=org.id, name=req.name)).first() is not None:
         raise Conflict(f"a run named {req.name} already exists")
@@ -294,6 +312,31 @@ def run_for_request_key(org_id: int, key: str | None) -> Run | None:
         db.select(Run).filter_by(org_id=org_id, request_key=key)).scalar_one_or_none()
 
 
+def transfer_request(org: Org, transfer: Transfer, max_spend: str | None = None) -> RunRequest:
+    """An S3 transfer as a run of its own (app/services/transfers.py)."""
+    return RunRequest(**run_fields(org, transfer, catalog()), max_spend_micros=dollars(max_spend))
+
+
+def start_transfer(user: User, transfer: Transfer, request_key: str | None = None,
+                   max_spend: str | None = None) -> Run:
+    return create_run(user, transfer_request(user.org, transfer, max_spend), request_key)
+
+
+def _create_with_mounts(user: User, req: RunRequest, request_key: str | None) -> Run:
+    """Each mount's copy first, as a transfer run; then the run, whose job
+    waits for theirs (afterok: a copy that fails ends it unstarted). A run
+    that is not made takes its copies with it."""
+    copies = [start_transfer(user, Transfer("import", volume, "", location))
+              for location, volume in req.mounts]
+    try:
+        return create_run(user, replace(req, copies=[copy.name for copy in copies], after_jobs=[
+            copy.slurm_job_id for copy in copies]), request_key)
+    except Exception:
+        for copy in copies:
+            stop_run(copy)
+        raise
+
+
 def create_run(user: User, req: RunRequest, request_key: str | None = None) -> Run:
     """The run is committed (with the job name it will have) before sbatch,
     and its job id after: a server that dies in between leaves a run the
@@ -303,13 +346,15 @@ def create_run(user: User, req: RunRequest, request_key: str | None = None) -> R
     org = user.org
     if user.removed_at is not None or org.removed_at is not None:
         raise Forbidden(f"{user.username} was removed: no new runs")
+    if len(req.copies) < len(req.mounts):
+        return _create_with_mounts(user, req, request_key)
     sizing = size_run(org, req)
-    code_dir = None
+    code_dir = req.tool_dir
     if req.code_ref:
         code_dir = stored_tree(org, req.code_ref)
         if code_dir is None:
             raise NotFound(f"no uploaded code at {req.code_ref}")
-    for volume in volumes_in_command(req.command):
+    for volume in volumes_in_command(req.command) if req.volumes is None else req.volumes:
         ensure_volume(org, volume)
     secret_values = values_for_run(org, req.secrets)
     project_id = _project(org, req.project).id
@@ -323,7 +368,9 @@ def create_run(user: User, req: RunRequest, request_key: str | None = None) -> R
               time_limit_minutes=sizing.minutes, time_limit_by=sizing.limited_by,
               secret_names=req.secrets, request_key=request_key,
               secrets_sealed=seal(json.dumps(secret_values)) if secret_values else None,
-              checks=[{"check": c, "verdict": None, "value": None} for c in req.checks])
+              checks=[{"check": c, "verdict": None, "value": None} for c in req.checks],
+              mounts=[{"url": location.url, "path": f"/mnt/{volume}", "copy": copy}
+                      for (location, volume), copy in zip(req.mounts, req.copies, strict=True)])
     made = _insert_with_name(run, req.name)
     if made is not None:
         return made
@@ -434,6 +481,7 @@ def run_json(run: Run) -> dict:
         "metrics": run.metrics or {}, "metrics_points": run.metrics_points or 0,
         "metrics_malformed": run.metrics_malformed or 0, "checks": run.checks or [],
         "slurm_job_id": run.slurm_job_id, "restarts": run.restarts or 0,
+        "mounts": run.mounts or [],
     }
 
 

@@ -1,0 +1,42 @@
+"""S3 transfers (div storage import/export): each starts a transfer run,
+answered as POST /runs answers, so `div` follows it as it follows a run."""
+from __future__ import annotations
+
+from flask import g, jsonify, request
+
+from app.api import bp
+from app.api.auth import token_required
+from app.services.run_text import header_line
+from app.services.runs import (
+    check_run,
+    run_for_request_key,
+    run_json,
+    start_transfer,
+    transfer_request,
+)
+from app.services.transfers import parse_transfer
+
+
+@bp.post("/transfers")
+@token_required
+def transfers_create():
+    """{"direction": "import"|"export", "volume", "path", "url": "s3://B/P",
+    "max_spend"}; with an Idempotency-Key, a retry gets the run the first
+    request made (200)."""
+    key = request.headers.get("Idempotency-Key")
+    run = run_for_request_key(g.user.org_id, key)
+    if run is not None:
+        return jsonify(run=run_json(run), header=header_line(run)), 200
+    body = request.get_json(silent=True)
+    run = start_transfer(g.user, parse_transfer(body), key, body.get("max_spend"))
+    return jsonify(run=run_json(run), header=header_line(run)), 201
+
+
+@bp.post("/transfers/check")
+@token_required
+def transfers_check():
+    """Whether POST /transfers would take it: the org's S3 secrets, the
+    volume, Slurm's word on a cpu run."""
+    body = request.get_json(silent=True)
+    check_run(g.user, transfer_request(g.user.org, parse_transfer(body), body.get("max_spend")))
+    return jsonify(ok=True)

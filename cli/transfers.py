@@ -1,0 +1,82 @@
+"""`div storage import` and `div storage export`: an S3 prefix into a volume
+and back. Each is a transfer run on the cluster (the bytes never pass
+through this machine or the API), followed as `div run` follows a run:
+its progress in the log, the last line, exit 0 when everything moved."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+import click
+
+from cli.context import pass_api
+from cli.flags import parse_s3_url, parse_usd, parse_volume
+from cli.run import check_first, follow_started, start
+
+FOLLOW_OPTIONS = (
+    click.option("--max-spend", metavar="USD",
+                 callback=lambda ctx, param, value: None if value is None else parse_usd(value),
+                 help="Stop the transfer when it has cost this many dollars (it runs as a "
+                      "cpu run)."),
+    click.option("-d", "--detach", is_flag=True,
+                 help="Print the transfer run's name and exit once it has started."),
+    click.option("--json", "as_json", is_flag=True,
+                 help="Print the transfer run as JSON when it ends (with --detach, when it "
+                      "starts)."),
+)
+
+
+def _follow_options(command):
+    for option in reversed(FOLLOW_OPTIONS):
+        command = option(command)
+    return command
+
+
+def _volume_path(ctx, param, value: str) -> tuple[str, str]:
+    """VOLUME[/PATH] as (volume, path)."""
+    volume, _, path = value.partition("/")
+    return parse_volume(volume), path.strip("/")
+
+
+def _s3(ctx, param, value: str) -> str:
+    return parse_s3_url(value)
+
+
+def _transfer(api, direction: str, volume: str, path: str, url: str, max_spend: int | None,
+              detach: bool, as_json: bool) -> None:
+    body = {"direction": direction, "volume": volume, "path": path, "url": url,
+            "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f")}
+    check_first(api, "/transfers/check", body)
+    follow_started(api, start(api, "/transfers", body), detach, as_json)
+
+
+@click.command("import")
+@click.argument("destination", metavar="VOLUME[/PATH]", callback=_volume_path)
+@click.argument("source", metavar="s3://BUCKET/PREFIX", callback=_s3)
+@_follow_options
+@pass_api
+def import_(api, destination: tuple[str, str], source: str, max_spend, detach, as_json) -> None:
+    """Copy the objects below PREFIX into VOLUME (under PATH), keeping their
+    names below PREFIX; only what is missing or changed moves. The bucket's
+    endpoint and keys are the org's secrets AWS_ENDPOINT_URL,
+    AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (div secrets set).
+
+    \b
+      div storage import training-data/imagenet s3://datasets/imagenet
+    """
+    _transfer(api, "import", *destination, source, max_spend, detach, as_json)
+
+
+@click.command("export")
+@click.argument("source", metavar="VOLUME[/PATH]", callback=_volume_path)
+@click.argument("destination", metavar="s3://BUCKET/PREFIX", callback=_s3)
+@_follow_options
+@pass_api
+def export(api, source: tuple[str, str], destination: str, max_spend, detach, as_json) -> None:
+    """Copy the files below PATH in VOLUME (a folder, or one file) to the
+    bucket under PREFIX; only what is missing or changed moves. The keys as
+    for import.
+
+    \b
+      div storage export checkpoints/lora-v1 s3://models/lora-v1
+    """
+    _transfer(api, "export", *source, destination, max_spend, detach, as_json)
