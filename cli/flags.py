@@ -158,8 +158,11 @@ def parse_mount(text: str) -> str:
     if not url:
         raise click.BadParameter(f"{text!r}: a mount is s3://BUCKET/PREFIX:/mnt/NAME",
                                  param_hint="--mount")
-    parse_s3_url(url)
-    parse_volume(volume.rstrip("/"))
+    try:
+        parse_s3_url(url)
+        parse_volume(volume.rstrip("/"))
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint="--mount") from None
     return text
 
 

@@ -135,6 +135,10 @@ def follow_started(api, created: dict, detach: bool, as_json: bool) -> None:
         print_json(started) if as_json else click.echo(started["name"])
         return
     try:
+        # A run that mounts buckets starts once their copies end well.
+        for mount in started.get("mounts") or []:
+            click.echo(f"copying {mount['url']} into {mount['path']}: {mount['copy']}", err=True)
+            click.echo(follow(api, mount["copy"])["summary"], err=True)
         end = follow(api, started["name"])
     except KeyboardInterrupt:
         click.echo(f"\ndetached; {started['name']} goes on.\n"

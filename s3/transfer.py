@@ -31,6 +31,7 @@ Exit codes: 0 when everything moved, 1 otherwise (each reason a line)."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import itertools
 import os
@@ -61,9 +62,6 @@ QUIET_SECONDS = 30.0
 MAX_NAME_BYTES = 255
 MAX_PATH_BYTES = 4096
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-# A partial file older than this is a killed transfer's: no transfer still
-# writes it (parts of 8 MiB each arrive within minutes).
-STALE_PARTIAL_SECONDS = 3600
 
 
 class Refused(Exception):
@@ -229,8 +227,7 @@ def failure_line(exc: Exception, bucket: str) -> str:
                     "check the secrets AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
         return f"s3://{bucket}: {code or 'error'}: {shown(error.get('Message', str(exc)))}"
     if isinstance(exc, EndpointConnectionError):
-        return (f"cannot reach the S3 service at {exc.kwargs.get('endpoint_url', '?')}: "
-                "check the secret AWS_ENDPOINT_URL")
+        return "cannot reach the S3 service: check the org's secret AWS_ENDPOINT_URL"
     if isinstance(exc, BotoCoreError):
         return f"s3://{bucket}: {shown(str(exc))}"
     return f"{type(exc).__name__}: {shown(str(exc))}"
@@ -345,6 +342,7 @@ class Transfer:
         name = f"{os.environ.get('SLURM_JOB_ID', os.getpid())}-{secrets.token_hex(6)}"
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o644, dir_fd=self.partial)
+        fcntl.flock(fd, fcntl.LOCK_EX)      # while this process lives (_sweep_partials)
         self.partials.add(name)
         return PartialFile(name, fd)
 
@@ -568,13 +566,24 @@ def _place(partial: int, temp: str, folder: int, name: str) -> None:
 
 
 def _sweep_partials(partial: int) -> None:
-    stale = time.time() - STALE_PARTIAL_SECONDS
+    """Deletes what killed transfers left: a partial file whose writer is
+    gone holds no lock (a writer locks its file for as long as it lives).
+    A file made these last seconds may not be locked yet: left alone."""
+    young = time.time() - 5
     for name in os.listdir(partial):
         try:
-            if os.stat(name, dir_fd=partial, follow_symlinks=False).st_mtime < stale:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                         dir_fd=partial)
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_mtime < young:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 os.unlink(name, dir_fd=partial)
         except OSError:
-            pass
+            pass        # locked: a live transfer's
+        finally:
+            os.close(fd)
 
 
 def _remove_if_empty(folder: int, name: str) -> None:

@@ -267,7 +267,8 @@ class PyslurmClient(SlurmClient):
             attempts.append(JobRecord(
                 job_id, (job.state or "").split(" ", 1)[0], plain_reason(job.state_reason or ""),
                 exit_code=job.exit_code, signal=job.exit_code_signal,
-                start=job.start_time or None, end=job.end_time or None,
+                start=job.start_time if job.start_time and nodes != "None assigned" else None,
+                end=job.end_time or None,
                 elapsed_seconds=job.elapsed_time or 0,
                 nodes="" if nodes == "None assigned" else nodes,
                 name=job.name or "", gpus=live[job_id].gpus))

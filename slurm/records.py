@@ -92,7 +92,9 @@ def parse_sacct(output: str) -> dict[str, JobRecord]:
             plain_reason(reason),
             exit_code=int(code) if code.isdigit() else None,
             signal=int(sig) if sig.isdigit() else None,
-            start=_epoch(start),
+            # A job canceled before it ran (by a stop, or a dependency that
+            # failed) has its end as its "start" and no node: no start at all.
+            start=None if nodes == "None assigned" else _epoch(start),
             end=_epoch(end),
             elapsed_seconds=int(elapsed) if elapsed.isdigit() else None,
             nodes="" if nodes == "None assigned" else nodes,

@@ -141,11 +141,12 @@ class Stack:
         return answer.json()["run"]
 
 
-    def wait_for_status(self, name: str, wanted: str, timeout: float = 30) -> dict:
+    def wait_for_status(self, name: str, wanted: str, timeout: float = 30,
+                        org: str = "e2e") -> dict:
         """The run once it has `wanted` status (the reconciler polls Slurm)."""
         deadline = time.monotonic() + timeout
         while True:
-            run = self.run_json(name)
+            run = self.run_json(name, org)
             if run["status"] == wanted or time.monotonic() > deadline:
                 return run
             time.sleep(0.2)

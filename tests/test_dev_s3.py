@@ -6,22 +6,14 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
-
-def _client(settings: dict[str, str], secret: str | None = None):
-    return boto3.client(
-        "s3", endpoint_url=settings["AWS_ENDPOINT_URL"], region_name=settings["AWS_DEFAULT_REGION"],
-        aws_access_key_id=settings["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=secret or settings["AWS_SECRET_ACCESS_KEY"],
-        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}))
+from tests.buckets import s3_client
 
 
 def test_objects_go_in_and_come_back_byte_for_byte(s3_server):
-    s3 = _client(s3_server)
+    s3 = s3_client(s3_server)
     bucket = f"dev-{secrets.token_hex(4)}"
     s3.create_bucket(Bucket=bucket)
     small, large = secrets.token_bytes(1000), secrets.token_bytes(12 << 20)
@@ -47,5 +39,5 @@ def test_objects_go_in_and_come_back_byte_for_byte(s3_server):
 
 def test_a_wrong_secret_is_refused(s3_server):
     with pytest.raises(ClientError) as refused:
-        _client(s3_server, secret="not-the-secret").list_buckets()
+        s3_client(s3_server, secret="not-the-secret").list_buckets()
     assert refused.value.response["Error"]["Code"] in ("SignatureDoesNotMatch", "AccessDenied")

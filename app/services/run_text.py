@@ -2,6 +2,7 @@
 hardware, the header line before its log and the last line after it."""
 from __future__ import annotations
 
+from app.extensions import db
 from app.models import Run
 from app.services.catalog import gpu_type
 from app.services.checks import summary as checks_summary
@@ -63,6 +64,16 @@ def summary_line(run: Run) -> str | None:
     return line + tally if line and tally else line
 
 
+def _failed_copy(run: Run) -> dict | None:
+    """The first of a run's mounts whose copy did not succeed, when the run
+    never started: Slurm ended it for that (--kill-on-invalid-dep)."""
+    if run.started_at is not None or not run.mounts:
+        return None
+    statuses = dict(db.session.execute(db.select(Run.name, Run.status).where(
+        Run.org_id == run.org_id, Run.name.in_([m["copy"] for m in run.mounts]))).all())
+    return next((m for m in run.mounts if statuses.get(m["copy"]) != "succeeded"), None)
+
+
 def _ended_line(run: Run) -> str | None:
     took, spent = format_duration(run.elapsed_seconds), format_usd(run.cost_micros)
     if run.status == "succeeded":
@@ -73,6 +84,10 @@ def _ended_line(run: Run) -> str | None:
     if run.status == "limit_reached":
         return f"{run.name} reached the org's usage limit after {took} and spent {spent}"
     if run.status == "canceled":
+        copy = _failed_copy(run)
+        if copy is not None:
+            return (f"{run.name} did not start: the copy of {copy['url']} into {copy['path']} "
+                    f"({copy['copy']}) did not succeed, and spent {spent}")
         return f"{run.name} was canceled after {took} and spent {spent}"
     if run.status == "failed":
         if run.slurm_state == NOT_SUBMITTED:
