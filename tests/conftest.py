@@ -143,6 +143,23 @@ def stack(slurm_cluster):
     stop_stack(running)
 
 
+S3_ORG = "s3org"
+S3_SECRETS = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+              "AWS_DEFAULT_REGION")
+
+
+@pytest.fixture(scope="session")
+def s3_org(stack, s3_server) -> str:
+    """An org whose secrets hold the dev S3 server's endpoint and keys, as
+    a user sets them (div secrets set)."""
+    stack.add_org(S3_ORG)
+    for name in S3_SECRETS:
+        done = stack.div("secrets", "set", name, cwd=stack.base, org=S3_ORG,
+                         input=s3_server[name].encode())
+        assert done.returncode == 0, done.stderr
+    return S3_ORG
+
+
 @pytest.fixture
 def project(tmp_path):
     """A code folder named like a user's project."""

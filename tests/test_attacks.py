@@ -430,3 +430,40 @@ def test_a_runs_values_are_never_read_as_directives_by_the_pyslurm_transport(tmp
     options = submit_options(script)
     assert (options["account"], options["partitions"]) == ("dev", "cpu")
     assert "user_id" not in options
+
+
+def test_an_s3_transfer_runs_no_value_it_is_given_and_writes_through_no_link(stack, project,
+                                                                            s3_org, s3_server):
+    """A member's S3 locations and paths are each one argument of the
+    transfer program inside the sandbox, never a shell word; a link a run
+    planted where partial files go is refused, never written through; and
+    another org's member cannot name this org's volume."""
+    from tests.buckets import new_bucket, put_objects, s3_client
+    s3 = s3_client(s3_server)
+    bucket = new_bucket(s3)
+    put_objects(s3, bucket, {"k/x": b"x"})
+    volume = stack.data_dir / "share" / s3_org / "atk"
+    for prefix in ("';touch /mnt/atk/pwned;'", "$(touch /mnt/atk/pwned)", "`touch /mnt/atk/pwned`"):
+        done = stack.div("storage", "import", "atk/in", f"s3://{bucket}/{prefix}", cwd=project,
+                         org=s3_org)
+        assert done.returncode == 1
+        assert f"s3://{bucket}/{prefix}: no objects there" in done.stderr.decode().splitlines()
+    assert not (volume / "pwned").exists()
+
+    # A run plants .div-partial as a link to another volume, then imports.
+    planted, _, err = _run(stack, project, "--no-upload", "--",
+                           "mkdir -p /mnt/victim && ln -s /mnt/victim /mnt/atk/.div-partial",
+                           org=s3_org)
+    assert planted.returncode == 0, err
+    done = stack.div("storage", "import", "atk/in", f"s3://{bucket}/k", cwd=project, org=s3_org)
+    assert done.returncode == 1
+    assert "refused: .div-partial is a file or a link in the volume, not a folder" in \
+        done.stderr.decode().splitlines()
+    assert list((stack.data_dir / "share" / s3_org / "victim").iterdir()) == []
+    assert os.path.islink(volume / ".div-partial") and not (volume / "in" / "x").exists()
+
+    stack.add_org("s3thief")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        stack.div("secrets", "set", name, cwd=project, org="s3thief", input=s3_server[name].encode())
+    stolen = stack.div("storage", "export", "atk", f"s3://{bucket}/stolen", cwd=project, org="s3thief")
+    assert (stolen.returncode, stolen.stderr.decode()) == (2, "no volume named 'atk'\n")

@@ -38,6 +38,12 @@ def test_every_directive_we_write_becomes_the_submissions(tmp_path):
         "SLURM_NTASKS_PER_NODE": "1", "SLURM_OPEN_MODE": "a"}
 
 
+def test_a_runs_wait_for_its_copies_becomes_the_submissions(tmp_path):
+    dirs = [tmp_path / d for d in ("state", "org", "code")]
+    options = submit_options(render_batch_script(spec_for(dirs, "true", after_jobs=("7", "8")), SITE))
+    assert options["dependencies"] == "afterok:7:8" and options["kill_on_invalid_dependency"] is True
+
+
 @pytest.mark.parametrize("line, message", [
     ("#SBATCH --exclusive", "cannot submit a script with #SBATCH --exclusive"),
     ("#SBATCH --export=ALL", "the script must say #SBATCH --export=NONE"),

@@ -46,6 +46,14 @@ def test_a_step_out_of_memory_makes_a_failed_job_out_of_memory():
     assert records["88"].state == "COMPLETED"   # it got over it: the run succeeded
 
 
+def test_a_job_canceled_before_it_ran_has_no_start():
+    """sacct gives such a job its end as its start, and no node: billing
+    reads it as never started (its copy failed, or it was stopped queued)."""
+    records = parse_sacct("61|CANCELLED by 0|0:0|1796182227|1796182227|0|None assigned|"
+                          "Dependency|div-run|\n")
+    assert records["61"].start is None and records["61"].end == 1796182227
+
+
 def test_squeue_rows_carry_the_reason_a_job_waits():
     records = parse_squeue("50|PENDING|QOSMaxGRESPerUser|N/A||div-run||1\n"
                            "51|RUNNING|None|1796059887|node1|div-run||1\n")

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.buckets import keys_below, new_bucket, object_sha256, put_objects, s3_client
+from tests.conftest import S3_ORG, S3_SECRETS
 
-ORG = "s3org"
-S3_SECRETS = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-              "AWS_DEFAULT_REGION")
+ORG = S3_ORG
 
 
 def sha(data: bytes) -> str:
@@ -36,14 +35,8 @@ def tree(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def org(stack, s3_server):
-    """An org whose secrets hold the dev S3 server's endpoint and keys."""
-    stack.add_org(ORG)
-    for name in S3_SECRETS:
-        done = stack.div("secrets", "set", name, cwd=stack.base, org=ORG,
-                         input=s3_server[name].encode())
-        assert done.returncode == 0, done.stderr
-    return ORG
+def org(s3_org):
+    return s3_org
 
 
 @pytest.fixture(scope="module")

@@ -66,6 +66,15 @@ def test_cpu_runs_ask_for_no_gres_and_site_names_are_used():
     assert "#SBATCH --gres=gpu:nvidia_h100:1" in lines
 
 
+def test_a_run_after_its_copies_waits_for_them_and_ends_if_one_fails():
+    lines = sbatch_directives(example_spec(after_jobs=("41", "42")), SlurmSite())
+    assert {"#SBATCH --dependency=afterok:41:42", "#SBATCH --kill-on-invalid-dep=yes"} <= set(lines)
+    assert not any("dependency" in line for line in sbatch_directives(example_spec(), SlurmSite()))
+    for hostile in ("41,afterany:1", "41 --uid=0", "", "1" * 13):
+        with pytest.raises(InvalidJobSpec, match="invalid job id"):
+            example_spec(after_jobs=(hostile,))
+
+
 def test_no_time_limit_means_no_time_directive():
     assert not any("--time" in line for line in sbatch_directives(
         example_spec(time_limit_minutes=None), SlurmSite()))

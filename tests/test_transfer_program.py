@@ -1,0 +1,133 @@
+"""The S3 transfer program's own rules (s3/transfer.py), on a real folder:
+which keys become paths, folders opened without following links, a file
+known as imported, partial files swept only when their writer is gone; and
+the server's side of a transfer: locations, mounts and the run's command."""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shlex
+import time
+
+import pytest
+
+from app.services.errors import Invalid
+from app.services.transfers import Transfer, parse_mount, parse_s3_url
+from s3 import transfer as program
+
+
+@pytest.mark.parametrize("rel", ["a.txt", "deep/er/file name with spaces ü", "a..b/..c", ".hidden"])
+def test_keys_that_are_paths_in_a_volume(rel):
+    assert program.relative_parts(rel) == rel.split("/")
+
+
+@pytest.mark.parametrize(("rel", "why"), [
+    ("../up", "'..' would lead out"), ("a/../../up", "'..' would lead out"),
+    ("/etc/passwd", "an absolute path"), ("a//b", "an empty or '.' name"),
+    ("a/./b", "an empty or '.' name"), ("a/", "an empty or '.' name"),
+    ("new\nline", "control characters"), ("bell\x07", "control characters"),
+    ("n" * 256, "a name over 255 bytes"), ("d/" * 2100 + "f", "a path over 4096 bytes"),
+])
+def test_keys_that_are_not_are_refused_saying_why(rel, why):
+    with pytest.raises(program.Refused, match=why):
+        program.relative_parts(rel)
+
+
+def test_a_key_is_shown_on_one_line_whatever_it_holds():
+    assert program.shown("a\nrefused b: fake\r\x1b[2J") == "a\\nrefused b: fake\\r\\x1b[2J"
+
+
+def test_folders_open_from_the_volume_never_through_a_link(tmp_path):
+    root, outside = tmp_path / "vol", tmp_path / "outside"
+    (root / "real").mkdir(parents=True)
+    outside.mkdir()
+    (root / "link").symlink_to(outside)
+    (root / "file").write_text("x")
+    volume = program.Volume(str(root))
+    for parts in (["link"], ["link", "sub"], ["file", "sub"]):
+        with pytest.raises(program.Refused, match="is a file or a link in the volume"):
+            volume.folder(parts, create=True)
+    assert list(outside.iterdir()) == []
+    volume.folder(["real", "made", "here"], create=True)
+    assert (root / "real" / "made" / "here").is_dir()
+    with pytest.raises(program.Fatal, match="not a volume this run sees"):
+        program.Volume(str(root / "link"))
+
+
+def test_a_file_is_known_as_imported_until_someone_writes_it(tmp_path):
+    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    path = tmp_path / "f"
+    path.write_bytes(b"12345")
+    fd = os.open(path, os.O_RDONLY)
+    mark = '"etag" 5'
+    assert program.set_xattr(fd, program.IMPORTED_XATTR, f"{mark} {os.fstat(fd).st_mtime_ns}")
+    os.close(fd)
+    assert program._already_imported(folder, "f", 5, mark, 0)
+    assert not program._already_imported(folder, "f", 6, mark, 0)
+    assert not program._already_imported(folder, "f", 5, '"other" 5', 0)
+    time.sleep(0.01)
+    path.write_bytes(b"54321")       # a run changed it: same size, new mtime
+    assert not program._already_imported(folder, "f", 5, mark, 0)
+    assert not program._already_imported(folder, "missing", 5, mark, 0)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "l").symlink_to(tmp_path / "f")
+    with pytest.raises(program.Refused, match="a folder in the volume"):
+        program._already_imported(folder, "d", 5, mark, 0)
+    with pytest.raises(program.Refused, match="a link in the volume"):
+        program._already_imported(folder, "l", 5, mark, 0)
+
+
+def test_partial_files_go_only_once_their_writer_is_gone(tmp_path):
+    partial = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    old = time.time() - 60
+    for name in ("dead", "alive", "young"):
+        (tmp_path / name).write_bytes(b"part")
+    os.utime(tmp_path / "dead", (old, old))
+    os.utime(tmp_path / "alive", (old, old))
+    writer = os.open(tmp_path / "alive", os.O_WRONLY)
+    fcntl.flock(writer, fcntl.LOCK_EX)
+    program._sweep_partials(partial)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alive", "young"]
+    os.close(writer)
+
+
+@pytest.mark.parametrize("size", [0, 1000, 8 << 20, (8 << 20) + 1, 3 * (8 << 20)])
+def test_a_files_etag_is_the_one_s3_gives_it_as_s3transfer_sends_it(tmp_path, size):
+    data = os.urandom(size)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    if size < program.PART_BYTES:
+        expected = hashlib.md5(data).hexdigest()
+    else:
+        parts = [data[i:i + program.PART_BYTES] for i in range(0, size, program.PART_BYTES)]
+        expected = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest()
+        expected += f"-{len(parts)}"
+    assert program._local_etag(fd, os.fstat(fd)) == expected
+    assert program._local_etag(fd, os.fstat(fd)) == expected     # from the xattr, unread
+    os.close(fd)
+
+
+def test_locations_and_mounts():
+    assert parse_s3_url("s3://my-bucket/a/b/") == parse_s3_url("s3://my-bucket//a/b")
+    assert parse_s3_url("s3://my-bucket").prefix == ""
+    location, volume = parse_mount("s3://my-bucket/eval/set:/mnt/evalset/")
+    assert (location.url, volume) == ("s3://my-bucket/eval/set", "evalset")
+    for bad in ("s3://b/x", "s3://bucket_/\x00", "http://bucket/x", "s3:/bucket", "s3://-bucket/x",
+                "s3://bucket/" + "k" * 1025):
+        with pytest.raises(Invalid):
+            parse_s3_url(bad)
+    for bad in ("s3://bucket/x", "s3://bucket/x:/mnt/../etc", "s3://bucket/x:/mnt/"):
+        with pytest.raises(Invalid):
+            parse_mount(bad)
+
+
+@pytest.mark.parametrize("prefix", ["plain", "it's $(touch x) `id` \"q\" ;&|<> *", "sp ace/-n"])
+def test_a_transfers_command_passes_each_value_as_one_word(prefix):
+    location = parse_s3_url(f"s3://bucket/{prefix}")
+    words = shlex.split(Transfer("import", "vol", "a b/c'd", location).command())
+    assert words == ["python3", "-I", "div_s3.py", "import", f"s3://bucket/{prefix}", "/mnt/vol",
+                     "a b/c'd"]
+    words = shlex.split(Transfer("export", "vol", "", location).command())
+    assert words == ["python3", "-I", "div_s3.py", "export", "/mnt/vol", "", f"s3://bucket/{prefix}"]
