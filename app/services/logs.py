@@ -25,13 +25,14 @@ from app.services.masking import NO_MASK, Masker
 from app.services.run_text import summary_line, waiting_text
 from app.services.runs import LIVE, run_json
 from app.services.secrets import log_masker
-from app.services.volumes import run_dir
+from app.services.volumes import run_dir, run_is_ending
 
 STREAMS = ("stdout", "stderr")
 CHUNK = 256 * 1024
 POLL_SECONDS = 0.05        # how soon a follower looks for new bytes after some came
 IDLE_POLL_SECONDS = 0.5    # and at the slowest, while none come (each look costs)
 STATUS_SECONDS = 1.0       # how often it rereads the run's status
+ENDING_STATUS_SECONDS = 0.2   # and once the run's command has ended (volumes.run_is_ending)
 HEARTBEAT_SECONDS = 5.0    # an event at least this often, so dead peers show
 
 
@@ -66,10 +67,12 @@ def read_new(path: str, offset: int, final: bool) -> bytes:
 
 def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
                poll_run: Callable[[], tuple[bool, dict]],
-               end_event: Callable[[], dict], masker: Masker = NO_MASK) -> Iterator[dict]:
+               end_event: Callable[[], dict], masker: Masker = NO_MASK,
+               ending: Callable[[], bool] = lambda: False) -> Iterator[dict]:
     """Events from `offsets` on, the run's secrets masked. `poll_run` says
-    whether the run has ended and gives its status event; without `follow`,
-    stops at the current end."""
+    whether the run has ended and gives its status event; `ending`, that
+    its command has, so the end comes soon: the status is reread sooner.
+    Without `follow`, stops at the current end."""
     paths = {s: os.path.join(state_dir, s) for s in STREAMS}
     offsets = {s: max(0, int(offsets.get(s, 0))) for s in STREAMS}
     last_status, last_event, next_poll = None, time.monotonic(), 0.0
@@ -96,7 +99,7 @@ def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
         # The status is reread on time even while bytes flow: it is where a
         # revoked key ends the stream.
         if not ended and now >= next_poll:
-            next_poll = now + STATUS_SECONDS
+            next_poll = now + (ENDING_STATUS_SECONDS if ending() else STATUS_SECONDS)
             # Ended runs get one more read of both files before the end event.
             ended, status = poll_run()
             if status != last_status or now - last_event >= HEARTBEAT_SECONDS:
@@ -122,13 +125,16 @@ def run_log_events(org: Org, run: Run, key_id: int, offsets: dict[str, int],
     and none stays open for the life of the stream."""
     # Read now, while the request is at work: the stream reads files only.
     run_id, state_dir, masker = run.id, run_dir(org, run.name), log_masker(run)
+    attempt = run.restarts or 0
 
     def fresh_run() -> Run:
         db.session.rollback()
         return db.session.get(Run, run_id)
 
     def poll_run():
+        nonlocal attempt
         current = fresh_run()
+        attempt = current.restarts or 0
         if db.session.get(ApiKey, key_id).revoked_at is not None:
             raise KeyRevoked
         event = {"event": "status", "status": current.status, "waiting": waiting_text(current)}
@@ -142,7 +148,8 @@ def run_log_events(org: Org, run: Run, key_id: int, offsets: dict[str, int],
         db.session.rollback()
         return event
 
-    return log_events(state_dir, offsets, follow, poll_run, end_event, masker)
+    return log_events(state_dir, offsets, follow, poll_run, end_event, masker,
+                      lambda: run_is_ending(state_dir, attempt))
 
 
 WINDOW_BYTES = 64 * 1024

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 from flask import current_app
 
@@ -29,6 +30,23 @@ def org_dir(org: Org) -> str:
 def run_dir(org: Org, name: str) -> str:
     """A run's state folder: its batch script, log, metrics, exit codes."""
     return data_path("runs", org.name, name)
+
+
+# How long after its first node's exit file a run counts as ending: the
+# reconciler and log followers look at it sooner until Slurm says it ended
+# (or this long has passed, for a job stuck ending).
+ENDING_SECONDS = 30
+
+
+def run_is_ending(state_dir: str, attempt: int) -> bool:
+    """Whether the run's command has ended on its first node in this
+    attempt (slurm/script.py writes exit.<attempt>.<node> as it does),
+    these last ENDING_SECONDS: Slurm ends the job a moment later."""
+    try:
+        written = os.stat(os.path.join(state_dir, f"exit.{attempt}.0")).st_mtime
+    except OSError:
+        return False
+    return time.time() - written < ENDING_SECONDS
 
 
 def trees_dir(org: Org) -> str:
