@@ -103,6 +103,24 @@ def test_the_runs_page_shows_the_orgs_runs_newest_first_in_keyset_pages(app):
     assert "✓ succeeded" in first and "✗ failed" in first
 
 
+def test_a_run_page_names_its_mounts_and_why_it_never_started(app):
+    """A run whose bucket copy failed: its mounts, each linked to the copy's
+    own page, and the last line saying why it did not start."""
+    with app.app_context():
+        run = db.session.execute(db.select(Run).filter_by(name="alice-005")).scalar_one()
+        copy = db.session.execute(db.select(Run).filter_by(name="alice-003")).scalar_one()
+        run.status, run.started_at, copy.status = "canceled", None, "failed"
+        run.mounts = [{"url": "s3://datasets/eval", "path": "/mnt/evalset", "copy": "alice-003"}]
+        db.session.commit()
+    client = app.test_client()
+    sign_in(client)
+    page = client.get("/runs/alice-005").get_data(as_text=True)
+    assert "<code>/mnt/evalset</code>" in page and "<code>s3://datasets/eval</code>" in page
+    assert '<a href="/runs/alice-003">alice-003</a>' in page
+    assert ("alice-005 did not start: the copy of s3://datasets/eval into /mnt/evalset "
+            "(alice-003) did not succeed, and spent $0.08") in page
+
+
 def test_htmx_polling_gets_the_table_alone(app):
     client = app.test_client()
     sign_in(client)
