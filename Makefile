@@ -18,6 +18,9 @@ up: $(VENV)/.installed cluster s3
 	scripts/services exec $(BIN)/flask dev-bootstrap --env-file instance/dev.env
 	install -m 600 instance/dev.env .div-dev.env
 	cat $(S3_BASE)/s3.env >> .div-dev.env
+	@# The dev org's S3 secrets are the dev S3 server's keys: div storage import works at once.
+	set -a; . ./.div-dev.env; set +a; for name in $(S3_SECRETS); do \
+		printf %s "$${!name}" | $(BIN)/div secrets set $$name >/dev/null || exit 1; done
 	@echo "copied to .div-dev.env (mode 0600): set -a; . ./.div-dev.env; set +a"
 
 # A login node's install (README "Installing on a login node"): the venv and
@@ -50,8 +53,10 @@ down:
 cluster:
 	slurm/dev/up
 
-# The dev S3 server (Debian's Swift on 127.0.0.1); its keys in $(S3_BASE)/s3.env.
+# The dev S3 server (Debian's Swift on 127.0.0.1 and the dev cluster's bridge);
+# its keys in $(S3_BASE)/s3.env.
 S3_BASE := $(or $(DIV_S3_BASE),/var/lib/div-s3)
+S3_SECRETS := AWS_ENDPOINT_URL AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_DEFAULT_REGION
 s3:
 	s3/dev/up
 

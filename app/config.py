@@ -43,6 +43,9 @@ class Config:
     DIV_SUBMIT_GRACE = float(os.environ.get("DIV_SUBMIT_GRACE", "120"))
     # How long a partition's MaxTime, read with sinfo, is taken as known.
     DIV_PARTITION_CACHE_SECONDS = float(os.environ.get("DIV_PARTITION_CACHE_SECONDS", "60"))
+    # The image S3 transfer runs use where runs are containers (pyxis,
+    # apptainer): one with Python and boto3. None: the docs' default image.
+    DIV_TRANSFER_IMAGE = os.environ.get("DIV_TRANSFER_IMAGE")
     # Keys that encrypt secrets at rest (Fernet, comma-separated; the first
     # encrypts, all decrypt, so a key can be rotated: `flask rotate-secrets`).
     # None: made once and kept in instance/secrets_key.

@@ -100,8 +100,10 @@ def _callback(parse, *extra):
                    "variable; masked as *** in its log. Repeatable.")
 @click.option("--mount", "mounts", multiple=True, metavar="s3://BUCKET/PREFIX:/mnt/NAME",
               callback=lambda ctx, param, values: [parse_mount(v) for v in values],
-              help="Copy an S3 prefix into the volume NAME before the run starts (only what "
-                   "changed since the last copy; the org's AWS_* secrets). Repeatable.")
+              help="Copy an S3 prefix into the volume NAME (a volume's name, no subfolder) "
+                   "before the run starts, as a transfer run of its own: only what changed since "
+                   "the last copy moves, and nothing goes back to the bucket. The org's AWS_* "
+                   "secrets. Repeatable.")
 @click.option("--check", "checks", multiple=True, metavar="CHECK",
               callback=lambda ctx, param, values: [parse_check(v) for v in values],
               help="Condition the result must meet, such as metrics.accuracy>=0.8. Repeatable.")

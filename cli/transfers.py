@@ -15,8 +15,7 @@ from cli.run import check_first, follow_started, start
 FOLLOW_OPTIONS = (
     click.option("--max-spend", metavar="USD",
                  callback=lambda ctx, param, value: None if value is None else parse_usd(value),
-                 help="Stop the transfer when it has cost this many dollars (it runs as a "
-                      "cpu run)."),
+                 help="Stop the transfer when it has cost this many dollars: 5, 5.00 or $5."),
     click.option("-d", "--detach", is_flag=True,
                  help="Print the transfer run's name and exit once it has started."),
     click.option("--json", "as_json", is_flag=True,
@@ -34,7 +33,10 @@ def _follow_options(command):
 def _volume_path(ctx, param, value: str) -> tuple[str, str]:
     """VOLUME[/PATH] as (volume, path)."""
     volume, _, path = value.partition("/")
-    return parse_volume(volume), path.strip("/")
+    try:
+        return parse_volume(volume), path.strip("/")
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message) from None
 
 
 def _s3(ctx, param, value: str) -> str:
@@ -55,10 +57,17 @@ def _transfer(api, direction: str, volume: str, path: str, url: str, max_spend: 
 @_follow_options
 @pass_api
 def import_(api, destination: tuple[str, str], source: str, max_spend, detach, as_json) -> None:
-    """Copy the objects below PREFIX into VOLUME (under PATH), keeping their
-    names below PREFIX; only what is missing or changed moves. The bucket's
-    endpoint and keys are the org's secrets AWS_ENDPOINT_URL,
-    AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (div secrets set).
+    """Copy the objects below PREFIX (or the one object PREFIX names) into
+    VOLUME, under PATH, keeping their names below PREFIX; only what is
+    missing or changed moves, nothing is deleted. Makes the volume.
+
+    The bytes move on the cluster, in a transfer run: a cpu run of 2 cores
+    (project s3), billed per minute, listed by `div ls`, stopped by `div
+    stop`. The bucket's keys are the org's secrets AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY, with AWS_ENDPOINT_URL for a store other than AWS
+    (and AWS_DEFAULT_REGION, AWS_SESSION_TOKEN if set): div secrets set.
+    Exits 0 when everything moved, 1 when a key was refused or an object
+    failed (each said in a line), 2 for bad input.
 
     \b
       div storage import training-data/imagenet s3://datasets/imagenet
@@ -72,9 +81,13 @@ def import_(api, destination: tuple[str, str], source: str, max_spend, detach, a
 @_follow_options
 @pass_api
 def export(api, source: tuple[str, str], destination: str, max_spend, detach, as_json) -> None:
-    """Copy the files below PATH in VOLUME (a folder, or one file) to the
-    bucket under PREFIX; only what is missing or changed moves. The keys as
-    for import.
+    """Copy the files below PATH in VOLUME (a folder, one file, or without
+    PATH the whole volume) to the bucket under PREFIX; only what is missing
+    or changed (by size and ETag) moves, nothing is deleted. Links in the
+    volume are skipped, never followed.
+
+    A transfer run, with the org's keys, billed and exiting as for
+    `div storage import`.
 
     \b
       div storage export checkpoints/lora-v1 s3://models/lora-v1

@@ -91,6 +91,13 @@ def human_bytes(n: float) -> str:
     raise AssertionError
 
 
+def duration(seconds: int) -> str:
+    """12s, 3m 20s, 1h 2m."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h {minutes}m" if hours else f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
 def parse_url(url: str) -> tuple[str, str]:
     """s3://BUCKET/PREFIX as (bucket, prefix); the prefix without its
     leading or trailing slash."""
@@ -191,11 +198,14 @@ def s3_client():
         import boto3
         from botocore.config import Config
     except ImportError:
-        raise Fatal("boto3 is not installed for this node's Python: the site's admin "
-                    "installs it (Debian: apt install python3-boto3)") from None
+        raise Fatal("boto3 is not installed for this Python: the site's admin installs it "
+                    "on the nodes (Debian: apt install python3-boto3), or, where runs are "
+                    "containers, names an image that has it (DIV_TRANSFER_IMAGE)") from None
     endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
-    options = dict(signature_version="s3v4", retries={"max_attempts": 8, "mode": "standard"},
-                   max_pool_connections=CONCURRENCY + 4,
+    # A store that does not answer is one line within about a minute, not
+    # botocore's default of several minutes of retries.
+    options = dict(signature_version="s3v4", retries={"max_attempts": 5, "mode": "standard"},
+                   connect_timeout=10, read_timeout=60, max_pool_connections=CONCURRENCY + 4,
                    s3={"addressing_style": "path" if endpoint else "auto"})
     try:   # botocore 1.36 and later: checksums only where S3 requires them
         config = Config(request_checksum_calculation="when_required",
@@ -267,7 +277,9 @@ class Progress:
                 f"{human_bytes(self.bytes_done)} of {human_bytes(self.bytes)}{of}, "
                 f"{human_bytes(rate)}/s")
         if self.listed and rate > 0 and self.bytes > self.bytes_done:
-            text += f", {int((self.bytes - self.bytes_done) / rate) + 1}s left"
+            text += f", {duration(int((self.bytes - self.bytes_done) / rate) + 1)} left"
+        if self.skipped:
+            text += f" ({self.skipped:,} unchanged)"
         return text
 
     def __enter__(self):
@@ -323,6 +335,11 @@ class Transfer:
     def refuse(self, name: str, why: str) -> None:
         self.refused += 1
         say(f"refused {shown(name)}: {why}")
+
+    def skip(self, name: str, st: os.stat_result) -> None:
+        """A link or a special file in the volume: said, never followed or
+        read, and no failure (a venv's links are no reason to fail)."""
+        say(f"skipped {shown(name)}: {_not_regular(st)}")
 
     def fail(self, name: str, error: Exception, temp: PartialFile | None = None) -> None:
         self.failed += 1
@@ -449,8 +466,8 @@ def _import_all(job: Transfer, prefix: str, dest: list[str]) -> None:
             rel = key.rsplit("/", 1)[-1]
         else:
             rel = key[len(prefix) + 1:] if prefix else key
-        if rel.endswith("/") and obj["Size"] == 0:
-            continue        # a console's folder marker, not a file
+        if (rel == "" or rel.endswith("/")) and obj["Size"] == 0:
+            continue        # a console's folder marker (the prefix's own, too), not a file
         try:
             parts = relative_parts(rel)
             if not dest and parts[0] == PARTIAL:
@@ -606,8 +623,10 @@ def _export_all(job: Transfer, source: list[str], prefix: str) -> None:
     there = {obj["Key"]: (obj["Size"], obj["ETag"].strip('"'))
              for obj in _listing(job.client, job.bucket, prefix)}
     top = job.volume.lstat(source) if source else os.fstat(job.volume.fd)
-    if top is None or not (stat.S_ISDIR(top.st_mode) or stat.S_ISREG(top.st_mode)):
-        raise Fatal(f"{'/'.join(source) or '/'}: no such file or folder in the volume")
+    if top is None:
+        raise Fatal(f"{'/'.join(source)}: no such file or folder in the volume")
+    if not (stat.S_ISDIR(top.st_mode) or stat.S_ISREG(top.st_mode)):
+        raise Fatal(f"{'/'.join(source)}: {_not_regular(top)}, which export does not follow")
     if stat.S_ISREG(top.st_mode):
         files = [(source[:-1], source[-1], source[-1])]
     else:
@@ -641,7 +660,11 @@ def _walk(job: Transfer, top: list[str]):
             elif stat.S_ISREG(st.st_mode):
                 yield parts, entry, rel
             else:
-                job.refuse(rel, "a link or special file, not a regular file")
+                job.skip("/".join(parts + [entry]), st)
+
+
+def _not_regular(st: os.stat_result) -> str:
+    return "a link" if stat.S_ISLNK(st.st_mode) else "not a regular file (a FIFO, socket or device)"
 
 
 def _export_one(job: Transfer, parts: list[str], name: str, key: str,

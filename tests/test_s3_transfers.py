@@ -4,6 +4,7 @@ on a node) and the dev S3 server (Debian's Swift), bytes checked by sha256."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import time
@@ -69,10 +70,11 @@ def test_import_and_export_round_trip_byte_for_byte(stack, org, s3):
     objects = {"ds/train/a.bin": os.urandom(3 << 20), "ds/train/sub/b.txt": b"hello\n",
                "ds/empty": b"", "ds/names with spaces & ü.txt": os.urandom(1000),
                "ds/big.bin": os.urandom(21 << 20),     # 3 parts of 8 MiB
-               "ds-other/not-below-the-prefix": b"x"}
+               "ds-other/not-below-the-prefix": b"x",
+               "ds/": b"", "ds/train/": b""}             # a console's folder markers
     put_objects(s3, bucket, objects)
     expected = {key.removeprefix("ds/"): sha(body) for key, body in objects.items()
-                if key.startswith("ds/")}
+                if key.startswith("ds/") and not key.endswith("/")}
 
     rc, out, err = div(stack, "storage", "import", "rt/in", f"s3://{bucket}/ds")
     assert rc == 0, err
@@ -203,9 +205,14 @@ def test_wrong_keys_a_missing_bucket_and_no_keys_are_one_clear_line(stack, org, 
     stack.add_org("s3none")
     rc, out, err = div(stack, "storage", "import", "v", f"s3://{bucket}/p", org="s3none")
     assert (rc, out) == (2, "")
-    assert err == ("the org has no secret AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY: set the "
+    assert err == ("the org has no secrets AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY: set the "
                    "bucket's keys first (div secrets set AWS_ACCESS_KEY_ID; AWS_ENDPOINT_URL too, "
                    "for a store other than AWS)\n")
+    stack.div("secrets", "set", "AWS_ACCESS_KEY_ID", cwd=stack.base, org="s3none", input=b"x")
+    rc, out, err = div(stack, "storage", "import", "v", f"s3://{bucket}/p", org="s3none")
+    assert (rc, err) == (2, "the org has no secret AWS_SECRET_ACCESS_KEY: set the bucket's keys "
+                            "first (div secrets set AWS_SECRET_ACCESS_KEY; AWS_ENDPOINT_URL too, "
+                            "for a store other than AWS)\n")
     rc, _, err = div(stack, "storage", "export", "no-such-volume/x", f"s3://{bucket}/p")
     assert (rc, err) == (2, "no volume named 'no-such-volume'\n")
 
@@ -242,10 +249,12 @@ def test_hostile_keys_and_links_are_refused_and_nothing_leaves_the_volume(stack,
     assert os.readlink(root / "etc-link") == "/etc"
     assert not list(stack.data_dir.rglob("escape")) and not list(stack.data_dir.rglob("absolute"))
 
-    # Export takes regular files only: the link is said and left.
+    # Export takes regular files only: the link is said, never followed, no failure.
     rc, _, err = div(stack, "storage", "export", "hostile", f"s3://{bucket}/out")
-    assert rc == 1 and "refused etc-link: a link or special file, not a regular file" in err
+    assert rc == 0 and "skipped etc-link: a link" in err.splitlines(), err
     assert keys_below(s3, bucket, "out/") == ["out/a", "out/ok.txt"]
+    rc, _, err = div(stack, "storage", "export", "hostile/etc-link", f"s3://{bucket}/out")
+    assert rc == 1 and "etc-link: a link, which export does not follow" in err.splitlines(), err
 
 
 def test_a_run_mounts_a_prefix_copied_first_and_only_what_changed(stack, org, s3, project):
@@ -274,6 +283,23 @@ def test_a_run_mounts_a_prefix_copied_first_and_only_what_changed(stack, org, s3
     assert "s3://no-such-bucket-here: no such bucket" in lines
     assert re.fullmatch(r"run-\w+ did not start: the copy of s3://no-such-bucket-here/x into "
                         r"/mnt/never \(run-\w+\) did not succeed, and spent \$0\.00", lines[-1])
+
+
+def test_stopping_a_run_that_waits_for_its_copy_stops_the_copy(stack, org, s3, project):
+    bucket = new_bucket(s3)
+    put_objects(s3, bucket, {"big/weights.bin": os.urandom(300 << 20)})
+    (project / "x.py").write_text("")
+    started = stack.div("run", "--gpu", "cpu", "--detach", "--json", "--mount",
+                        f"s3://{bucket}/big:/mnt/stopped", "x.py", cwd=project, org=ORG)
+    assert started.returncode == 0, started.stderr
+    run = json.loads(started.stdout)
+    assert div(stack, "stop", run["name"])[0] == 0
+    copy = run["mounts"][0]["copy"]
+    assert stack.wait_for_status(copy, "canceled", timeout=60, org=ORG)["status"] == "canceled"
+    ended = stack.wait_for_status(run["name"], "canceled", timeout=60, org=ORG)
+    assert ended["status"] == "canceled" and ended["cost"] == "0"
+    assert stack.api("GET", f"/runs/{run['name']}", ORG).json()["summary"].startswith(
+        f"{run['name']} was canceled after 0s")
 
 
 @pytest.mark.parametrize(("body", "message"), [

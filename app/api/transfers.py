@@ -9,6 +9,7 @@ from app.api.auth import token_required
 from app.services.run_text import header_line
 from app.services.runs import (
     check_run,
+    dollars,
     run_for_request_key,
     run_json,
     start_transfer,
@@ -28,7 +29,8 @@ def transfers_create():
     if run is not None:
         return jsonify(run=run_json(run), header=header_line(run)), 200
     body = request.get_json(silent=True)
-    run = start_transfer(g.user, parse_transfer(body), key, body.get("max_spend"))
+    transfer = parse_transfer(body)
+    run = start_transfer(g.user, transfer, key, dollars(body.get("max_spend")))
     return jsonify(run=run_json(run), header=header_line(run)), 201
 
 
@@ -38,5 +40,6 @@ def transfers_check():
     """Whether POST /transfers would take it: the org's S3 secrets, the
     volume, Slurm's word on a cpu run."""
     body = request.get_json(silent=True)
-    check_run(g.user, transfer_request(g.user.org, parse_transfer(body), body.get("max_spend")))
+    transfer = parse_transfer(body)
+    check_run(g.user, transfer_request(g.user.org, transfer, dollars(body.get("max_spend"))))
     return jsonify(ok=True)

@@ -3,6 +3,7 @@ list and stop, every query scoped by org; and a run as the API's JSON."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -312,22 +313,35 @@ def run_for_request_key(org_id: int, key: str | None) -> Run | None:
         db.select(Run).filter_by(org_id=org_id, request_key=key)).scalar_one_or_none()
 
 
-def transfer_request(org: Org, transfer: Transfer, max_spend: str | None = None) -> RunRequest:
+def transfer_request(org: Org, transfer: Transfer,
+                     max_spend_micros: int | None = None) -> RunRequest:
     """An S3 transfer as a run of its own (app/services/transfers.py)."""
-    return RunRequest(**run_fields(org, transfer, catalog()), max_spend_micros=dollars(max_spend))
+    return RunRequest(**run_fields(org, transfer, catalog()), max_spend_micros=max_spend_micros)
 
 
 def start_transfer(user: User, transfer: Transfer, request_key: str | None = None,
-                   max_spend: str | None = None) -> Run:
-    return create_run(user, transfer_request(user.org, transfer, max_spend), request_key)
+                   max_spend_micros: int | None = None) -> Run:
+    return create_run(user, transfer_request(user.org, transfer, max_spend_micros), request_key)
+
+
+def _copy_key(request_key: str | None, index: int) -> str | None:
+    """The Idempotency-Key of a run's index-th copy: a retry of the run's
+    request gets the copies the first one made, never a second set."""
+    if request_key is None:
+        return None
+    return hashlib.sha256(f"{request_key}/mount/{index}".encode()).hexdigest()[:32]
 
 
 def _create_with_mounts(user: User, req: RunRequest, request_key: str | None) -> Run:
-    """Each mount's copy first, as a transfer run; then the run, whose job
-    waits for theirs (afterok: a copy that fails ends it unstarted). A run
-    that is not made takes its copies with it."""
-    copies = [start_transfer(user, Transfer("import", volume, "", location))
-              for location, volume in req.mounts]
+    """Each mount's copy first, as a transfer run (with the run's spend
+    limit, each); then the run, whose job waits for theirs (afterok: a copy
+    that fails ends it unstarted). A run that is not made takes its copies
+    with it."""
+    copies = []
+    for index, (location, volume) in enumerate(req.mounts):
+        key = _copy_key(request_key, index)
+        copies.append(run_for_request_key(user.org_id, key) or start_transfer(
+            user, Transfer("import", volume, "", location), key, req.max_spend_micros))
     try:
         return create_run(user, replace(req, copies=[copy.name for copy in copies], after_jobs=[
             copy.slurm_job_id for copy in copies]), request_key)
@@ -462,7 +476,18 @@ def stop_run(run: Run) -> bool:
     except SlurmError as exc:
         raise Unavailable(f"Slurm did not cancel the run: {exc}") from None
     db.session.commit()
+    if run.started_at is None:
+        for copy in _live_copies(run):    # no run waits for them now
+            stop_run(copy)
     return True
+
+
+def _live_copies(run: Run) -> list[Run]:
+    names = [mount["copy"] for mount in run.mounts or []]
+    if not names:
+        return []
+    return list(db.session.execute(db.select(Run).where(
+        Run.org_id == run.org_id, Run.name.in_(names), Run.status.in_(LIVE))).scalars())
 
 
 def run_json(run: Run) -> dict:

@@ -22,6 +22,8 @@ import tempfile
 from dataclasses import dataclass
 from importlib import resources
 
+from flask import current_app
+
 from app.models import Org
 from app.services.errors import Invalid, NotFound
 from app.services.secrets import secrets_of
@@ -39,7 +41,7 @@ PROJECT = "s3"
 UNITS = 2
 PROGRAM = "div_s3.py"
 # S3's bucket names (and the older, laxer ones some stores still allow).
-BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,62}$")
+BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{2,62}$")
 MAX_KEY_BYTES = 1024
 
 
@@ -73,9 +75,9 @@ def s3_secret_names(org: Org) -> list[str]:
     have = {secret.name for secret in secrets_of(org)}
     missing = [name for name in REQUIRED_SECRETS if name not in have]
     if missing:
-        raise Invalid(f"the org has no secret {' or '.join(missing)}: set the bucket's keys "
-                      f"first (div secrets set {missing[0]}; AWS_ENDPOINT_URL too, for a "
-                      "store other than AWS)")
+        which = "secret " + missing[0] if len(missing) == 1 else "secrets " + " and ".join(missing)
+        raise Invalid(f"the org has no {which}: set the bucket's keys first (div secrets set "
+                      f"{missing[0]}; AWS_ENDPOINT_URL too, for a store other than AWS)")
     return [name for name in REQUIRED_SECRETS + OPTIONAL_SECRETS if name in have]
 
 
@@ -127,8 +129,10 @@ def run_fields(org: Org, transfer: Transfer, types: dict) -> dict:
         raise Invalid("this site sells no cpu runs, which S3 transfers run as")
     if transfer.direction == "export" and not os.path.isdir(volume_dir(org, transfer.volume)):
         raise NotFound(f"no volume named {transfer.volume!r}")
-    return dict(project=PROJECT, command=transfer.command(), gpu=CPU, gpus=UNITS,
-                secrets=s3_secret_names(org), tool_dir=program_dir(), volumes=[transfer.volume])
+    fields = dict(project=PROJECT, command=transfer.command(), gpu=CPU, gpus=UNITS,
+                  secrets=s3_secret_names(org), tool_dir=program_dir(), volumes=[transfer.volume])
+    image = current_app.config["DIV_TRANSFER_IMAGE"]
+    return fields | ({"image": image} if image else {})
 
 
 def program_dir() -> str:
