@@ -159,9 +159,10 @@ def reconcile_once() -> int:
     return follow_jobs() + settle_unsubmitted()
 
 
-def follow_jobs() -> int:
-    """Every live run with a job: its state, cost and metrics from Slurm."""
-    live = list(db.session.execute(
+def follow_jobs(runs: list[Run] | None = None) -> int:
+    """Every live run with a job (or these alone): its state, cost and
+    metrics from Slurm."""
+    live = runs if runs is not None else list(db.session.execute(
         db.select(Run).where(Run.status.in_(LIVE), Run.slurm_job_id.is_not(None))).scalars())
     if not live:
         return 0
@@ -193,15 +194,26 @@ def follow_jobs() -> int:
     return changed
 
 
-def runs_ending() -> bool:
-    """Whether a running run's command has ended and Slurm has yet to say
-    so (one stat a running run, as its metrics cost each cycle)."""
-    running = db.session.execute(db.select(Run.name, Run.restarts, Org.name).join(
+def follow_ending(until: float, every: float) -> None:
+    """Between cycles, every `every` seconds, the runs whose command has
+    ended and that Slurm has yet to end, alone (one squeue and one sacct for
+    them all): `div run` and the dashboard show a run's end a moment after
+    it ends, not a cycle later."""
+    while time.monotonic() + every < until:
+        ending = runs_ending()
+        if not ending:
+            return
+        time.sleep(every)
+        follow_jobs(ending)
+
+
+def runs_ending() -> list[Run]:
+    """Running runs whose command has ended on their first node (one stat
+    a running run, as its metrics cost each cycle)."""
+    running = db.session.execute(db.select(Run, Org.name).join(
         Org, Org.id == Run.org_id).where(Run.status == "running")).all()
-    ending = any(run_is_ending(data_path("runs", org, name), restarts or 0)
-                 for name, restarts, org in running)
-    db.session.rollback()
-    return ending
+    return [run for run, org in running
+            if run_is_ending(data_path("runs", org, run.name), run.restarts or 0)]
 
 
 def holder_name() -> str:
@@ -245,9 +257,9 @@ def run_forever(interval: float, stop_after: float | None = None) -> None:
             started = time.monotonic()
             try:
                 acting = _cycle(holder, ttl, acting)
-                # A run whose command has ended is looked at again soon:
-                # `div run` and the dashboard show its end within a moment.
-                pause = interval / 4 if acting and runs_ending() else interval
+                pause = interval
+                if acting:
+                    follow_ending(started + interval, interval / 4)
             except (SlurmError, Unavailable) as exc:
                 db.session.rollback()
                 log.warning("Slurm did not answer: %s", exc)

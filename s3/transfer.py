@@ -41,7 +41,7 @@ import stat
 import sys
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -61,6 +61,10 @@ PROGRESS_SECONDS = 2.0
 QUIET_SECONDS = 30.0
 MAX_NAME_BYTES = 255
 MAX_PATH_BYTES = 4096
+SECRET_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                "AWS_ENDPOINT_URL")
+MAX_DEPTH = 256             # folders below the volume a path may go
+OPEN_FOLDERS = 64           # folder descriptors kept open at once
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -73,6 +77,13 @@ class Fatal(Exception):
 
 
 def say(line: str) -> None:
+    """A line of the log. The org's S3 secrets are masked in the log by
+    their bytes, which an escaped control character would change: they go
+    here, before anything else sees the line."""
+    for name in SECRET_NAMES:
+        value = os.environ.get(name, "")
+        if len(value) >= 4:
+            line = line.replace(value, "***").replace(shown(value), "***")
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
 
@@ -118,6 +129,8 @@ def relative_parts(rel: str) -> list[str]:
     if len(rel.encode(errors="surrogatepass")) > MAX_PATH_BYTES:
         raise Refused(f"a path over {MAX_PATH_BYTES} bytes")
     parts = rel.split("/")
+    if len(parts) > MAX_DEPTH:
+        raise Refused(f"more than {MAX_DEPTH} folders deep")
     for part in parts:
         if part == "..":
             raise Refused("'..' would lead out of the folder")
@@ -130,24 +143,34 @@ def relative_parts(rel: str) -> list[str]:
 
 class Volume:
     """The volume's root, opened once; every other folder is opened from it
-    one component at a time, never through a link."""
+    one component at a time, never through a link. The descriptors of the
+    folders used last are kept (at most OPEN_FOLDERS): a tree of a million
+    folders needs no more. Used from the main thread alone."""
 
     def __init__(self, root: str):
         try:
             self.fd = os.open(root, DIR_FLAGS)
         except OSError as exc:
             raise Fatal(f"{root}: not a volume this run sees ({exc.strerror})") from None
-        self._folders: dict[tuple[str, ...], int] = {(): self.fd}
-        self._lock = threading.Lock()
+        self._open: OrderedDict[tuple[str, ...], int] = OrderedDict()
 
     def folder(self, parts: list[str] | tuple[str, ...], create: bool) -> int:
-        """The descriptor of the folder at these parts (cached), made on the
-        way when `create`; Refused when a part is a file or a link."""
+        """The descriptor of the folder at these parts, made on the way when
+        `create`; Refused when a part is a file or a link. Valid until the
+        next call: use it at once."""
         parts = tuple(parts)
-        with self._lock:
-            if parts in self._folders:
-                return self._folders[parts]
-        parent = self.folder(parts[:-1], create)
+        known = len(parts)
+        while known and parts[:known] not in self._open:
+            known -= 1
+        fd = self._open[parts[:known]] if known else self.fd
+        if known:
+            self._open.move_to_end(parts[:known])
+        for depth in range(known, len(parts)):
+            fd = self._keep(parts[:depth + 1], self._child(fd, parts[:depth + 1], create))
+        return fd
+
+    @staticmethod
+    def _child(parent: int, parts: tuple[str, ...], create: bool) -> int:
         name = parts[-1]
         try:
             if create:
@@ -155,7 +178,7 @@ class Volume:
                     os.mkdir(name, 0o755, dir_fd=parent)
                 except FileExistsError:
                     pass
-            fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+            return os.open(name, DIR_FLAGS, dir_fd=parent)
         except FileNotFoundError:
             raise Refused(f"{'/'.join(parts)} does not exist") from None
         except OSError as exc:
@@ -163,11 +186,11 @@ class Volume:
                 raise Refused(f"{'/'.join(parts)} is a file or a link in the volume, "
                               "not a folder") from None
             raise
-        with self._lock:
-            if parts in self._folders:      # another thread opened it meanwhile
-                os.close(fd)
-                return self._folders[parts]
-            self._folders[parts] = fd
+
+    def _keep(self, parts: tuple[str, ...], fd: int) -> int:
+        self._open[parts] = fd
+        while len(self._open) > OPEN_FOLDERS:
+            os.close(self._open.popitem(last=False)[1])
         return fd
 
     def lstat(self, parts: list[str]) -> os.stat_result | None:
@@ -310,10 +333,11 @@ class Counted(BaseSubscriber):
         self.progress.add(bytes_transferred)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PartialFile:
     name: str
     fd: int
+    folder: int     # the .div-partial it is in
 
 
 class Transfer:
@@ -329,7 +353,8 @@ class Transfer:
         self.counter = Counted(self.progress)
         self.in_flight: deque = deque()
         self.partial: int | None = None
-        self.partials: set[str] = set()
+        self.partial_folders: list[int] = []
+        self.partials: set[PartialFile] = set()
         self.refused = self.failed = self.moved = 0
 
     def refuse(self, name: str, why: str) -> None:
@@ -354,20 +379,36 @@ class Transfer:
         if temp is not None:
             self._forget(temp, unlink=False)
 
+    def open_partial(self) -> int:
+        """.div-partial at the volume's root, made if need be (a link or a
+        file there is Refused). Opened anew when another transfer removed it
+        while empty; the folder opened before stays open for the files in it."""
+        try:
+            os.mkdir(PARTIAL, 0o755, dir_fd=self.volume.fd)
+        except FileExistsError:
+            pass
+        self.partial = Volume._child(self.volume.fd, (PARTIAL,), create=False)
+        self.partial_folders.append(self.partial)
+        return self.partial
+
     def partial_file(self) -> PartialFile:
         """A new file in .div-partial/, named for the job that writes it."""
         name = f"{os.environ.get('SLURM_JOB_ID', os.getpid())}-{secrets.token_hex(6)}"
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644, dir_fd=self.partial)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(name, flags, 0o644, dir_fd=self.partial)
+        except FileNotFoundError:           # removed by a transfer that ended
+            fd = os.open(name, flags, 0o644, dir_fd=self.open_partial())
         fcntl.flock(fd, fcntl.LOCK_EX)      # while this process lives (_sweep_partials)
-        self.partials.add(name)
-        return PartialFile(name, fd)
+        temp = PartialFile(name, fd, self.partial)
+        self.partials.add(temp)
+        return temp
 
     def _forget(self, temp: PartialFile, unlink: bool) -> None:
-        self.partials.discard(temp.name)
+        self.partials.discard(temp)
         if unlink:
             try:
-                os.unlink(temp.name, dir_fd=self.partial)
+                os.unlink(temp.name, dir_fd=temp.folder)
             except FileNotFoundError:
                 pass
 
@@ -395,11 +436,8 @@ class Transfer:
         """Stops the manager; a transfer that ends early (killed, stopped, a
         fatal error) leaves no partial file of its own behind."""
         self.manager.shutdown(cancel=aborted)
-        for name in list(self.partials):
-            try:
-                os.unlink(name, dir_fd=self.partial)
-            except OSError:
-                pass
+        for temp in list(self.partials):
+            self._forget(temp, unlink=True)
         if self.partial is not None:
             _remove_if_empty(self.volume.fd, PARTIAL)
 
@@ -456,10 +494,9 @@ def _import_all(job: Transfer, prefix: str, dest: list[str]) -> None:
     first = next(objects, None)
     if first is None:
         raise Fatal(f"s3://{job.bucket}/{prefix}: no objects there")
-    job.partial = job.volume.folder([PARTIAL], create=True)
-    _sweep_partials(job.partial)
+    _sweep_partials(job.open_partial())
     job.volume.folder(dest, create=True)
-    files: set[str] = set()
+    clashes = Clashes()
     for obj in itertools.chain([first], objects):
         key = obj["Key"]
         if key == prefix:
@@ -472,11 +509,10 @@ def _import_all(job: Transfer, prefix: str, dest: list[str]) -> None:
             parts = relative_parts(rel)
             if not dest and parts[0] == PARTIAL:
                 raise Refused(f"{PARTIAL} is where transfers keep partial files")
-            _no_clash(rel, files)
+            clashes.check(rel)
         except Refused as why:
             job.refuse(f"s3://{job.bucket}/{key}", str(why))
             continue
-        files.add(rel)
         _import_one(job, obj, dest + parts)
     job.progress.listed = True
     job.drain()
@@ -495,23 +531,31 @@ def _with_single(job: Transfer, prefix: str, objects):
             yield single
 
 
-def _no_clash(rel: str, files: set[str]) -> None:
-    """Keys are listed in order, and `a` comes before `a/b`: a key whose
-    folder is a file already imported clashes with it. (A local file or
-    folder in the way is met when the key is placed.)"""
-    folder = rel
-    while "/" in folder:
-        folder = folder.rsplit("/", 1)[0]
-        if folder in files:
-            raise Refused(f"{folder} is both a file and a folder")
+class Clashes:
+    """Keys that are both a file and a folder (`a` and `a/b`), met as S3
+    lists keys: in order, where `a` comes before every `a/...` and those
+    are all below `a0` ("0" follows "/"). So a file need only be kept until
+    the listing passes `a0`: memory for the files whose folders may still
+    come, never for every key. (A file or folder already in the volume in
+    the way is met when the key is placed.)"""
+
+    def __init__(self):
+        self.files: list[str] = []
+
+    def check(self, rel: str) -> None:
+        self.files = [f for f in self.files if rel < f + "0"]
+        for file in self.files:
+            if rel.startswith(file + "/"):
+                raise Refused(f"{file} is both a file and a folder")
+        self.files.append(rel)
 
 
 def _import_one(job: Transfer, obj: dict, parts: list[str]) -> None:
     size, mark, mtime = obj["Size"], f"{obj['ETag']} {obj['Size']}", _mtime(obj)
     name = "/".join(parts)
     try:
-        folder = job.volume.folder(parts[:-1], create=True)
-        if _already_imported(folder, parts[-1], size, mark, mtime):
+        if _already_imported(job.volume.folder(parts[:-1], create=True), parts[-1], size, mark,
+                             mtime):
             job.progress.skipped += 1
             return
         temp = job.partial_file()
@@ -534,7 +578,7 @@ def _import_one(job: Transfer, obj: dict, parts: list[str]) -> None:
             if not set_xattr(sink.fileno(), IMPORTED_XATTR, f"{mark} {written}"):
                 os.utime(sink.fileno(), (mtime, mtime))
             sink.close()
-            _place(job.partial, temp.name, folder, parts[-1])
+            _place(job, temp, parts)
             job.done(temp)
         except Exception as exc:  # noqa: BLE001 - a line for this object, the rest goes on
             sink.close()
@@ -572,14 +616,15 @@ def _already_imported(folder: int, name: str, size: int, mark: str, mtime: float
         os.close(fd)
 
 
-def _place(partial: int, temp: str, folder: int, name: str) -> None:
+def _place(job: Transfer, temp: PartialFile, parts: list[str]) -> None:
     """Renames the whole file into place; a folder of that name is never
     replaced (rename fails on it), a link of that name is (the link, not
     what it points to)."""
     try:
-        os.rename(temp, name, src_dir_fd=partial, dst_dir_fd=folder)
+        os.rename(temp.name, parts[-1], src_dir_fd=temp.folder,
+                  dst_dir_fd=job.volume.folder(parts[:-1], create=True))
     except IsADirectoryError:
-        raise Refused(f"{name} is a folder in the volume, the key a file") from None
+        raise Refused(f"{parts[-1]} is a folder in the volume, the key a file") from None
 
 
 def _sweep_partials(partial: int) -> None:
@@ -620,47 +665,72 @@ def run_export(volume_root: str, path: str, url: str) -> int:
 
 
 def _export_all(job: Transfer, source: list[str], prefix: str) -> None:
-    there = {obj["Key"]: (obj["Size"], obj["ETag"].strip('"'))
-             for obj in _listing(job.client, job.bucket, prefix)}
     top = job.volume.lstat(source) if source else os.fstat(job.volume.fd)
     if top is None:
         raise Fatal(f"{'/'.join(source)}: no such file or folder in the volume")
     if not (stat.S_ISDIR(top.st_mode) or stat.S_ISREG(top.st_mode)):
         raise Fatal(f"{'/'.join(source)}: {_not_regular(top)}, which export does not follow")
     if stat.S_ISREG(top.st_mode):
-        files = [(source[:-1], source[-1], source[-1])]
+        files = iter([(source[:-1], source[-1], source[-1])])
     else:
         files = _walk(job, source)
+    # Both in S3's order (_walk's), so the objects already there are met as
+    # the files are: neither side is ever held whole in memory.
+    remote = _listing(job.client, job.bucket, prefix)
+    there = next(remote, None)
     for folder_parts, name, rel in files:
         key = f"{prefix}/{rel}" if prefix else rel
-        _export_one(job, folder_parts, name, key, there.get(key))
+        while there is not None and there["Key"] < key:
+            there = next(remote, None)
+        same = there if there is not None and there["Key"] == key else None
+        _export_one(job, folder_parts, name, key,
+                    None if same is None else (same["Size"], same["ETag"].strip('"')))
     job.progress.listed = True
     job.drain()
 
 
 def _walk(job: Transfer, top: list[str]):
     """Every regular file below the folder, (folder parts, name, path below
-    top), folders opened without following links; links and devices are
-    said and left, the partial folder skipped."""
-    stack = [list(top)]
+    top), in the order S3 lists their keys (a folder sorts as its name and
+    a slash), one folder's names in memory a level; folders opened without
+    following links; links and devices said and left, .div-partial
+    skipped, a name that is not UTF-8 refused."""
+    stack = [(list(top), iter(_entries(job, list(top))))]
     while stack:
-        parts = stack.pop()
-        try:
-            fd = job.volume.folder(parts, create=False)
-        except Refused as why:
-            job.refuse("/".join(parts), str(why))
+        parts, entries = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
             continue
-        for entry in sorted(os.listdir(fd)):
-            if not parts and entry == PARTIAL:
-                continue
-            st = os.stat(entry, dir_fd=fd, follow_symlinks=False)
-            rel = "/".join(parts[len(top):] + [entry])
-            if stat.S_ISDIR(st.st_mode):
-                stack.append(parts + [entry])
-            elif stat.S_ISREG(st.st_mode):
-                yield parts, entry, rel
-            else:
-                job.skip("/".join(parts + [entry]), st)
+        name, st = entry
+        path = parts + [name]
+        if stat.S_ISDIR(st.st_mode):
+            stack.append((path, iter(_entries(job, path))))
+        elif stat.S_ISREG(st.st_mode):
+            yield parts, name, "/".join(path[len(top):])
+        else:
+            job.skip("/".join(path), st)
+
+
+def _entries(job: Transfer, parts: list[str]) -> list[tuple[str, os.stat_result]]:
+    try:
+        fd = job.volume.folder(parts, create=False)
+        names = os.listdir(fd)
+    except (Refused, OSError) as exc:
+        job.refuse("/".join(parts), getattr(exc, "strerror", None) or str(exc))
+        return []
+    found = []
+    for name in names:
+        if not parts and name == PARTIAL:
+            continue
+        if any(0xDC80 <= ord(c) <= 0xDCFF for c in name):
+            job.refuse(shown("/".join(parts + [name])), "the name is not UTF-8, as S3 keys are")
+            continue
+        try:
+            found.append((name, os.stat(name, dir_fd=fd, follow_symlinks=False)))
+        except FileNotFoundError:
+            continue        # deleted since it was listed
+    return sorted(found, key=lambda e: e[0] + "/" if stat.S_ISDIR(e[1].st_mode) else e[0])
 
 
 def _not_regular(st: os.stat_result) -> str:
@@ -671,13 +741,20 @@ def _export_one(job: Transfer, parts: list[str], name: str, key: str,
                 remote: tuple[int, str] | None) -> None:
     shown_name = "/".join(parts + [name])
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+        # Non-blocking: what was a file when listed may be a FIFO now.
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
                      dir_fd=job.volume.folder(parts, create=False))
+    except FileNotFoundError:
+        return              # deleted since it was listed
     except (OSError, Refused) as exc:
         job.refuse(shown_name, getattr(exc, "strerror", None) or str(exc))
         return
-    source = os.fdopen(fd, "rb")
     st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        job.skip(shown_name, st)
+        return
+    source = os.fdopen(fd, "rb")
     if remote is not None and remote[0] == st.st_size and remote[1] == _local_etag(fd, st):
         source.close()
         job.progress.skipped += 1

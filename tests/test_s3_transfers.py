@@ -297,7 +297,7 @@ def test_stopping_a_run_that_waits_for_its_copy_stops_the_copy(stack, org, s3, p
     copy = run["mounts"][0]["copy"]
     assert stack.wait_for_status(copy, "canceled", timeout=60, org=ORG)["status"] == "canceled"
     ended = stack.wait_for_status(run["name"], "canceled", timeout=60, org=ORG)
-    assert ended["status"] == "canceled" and ended["cost"] == "0"
+    assert ended["status"] == "canceled" and ended["cost"] == "0.00"
     assert stack.api("GET", f"/runs/{run['name']}", ORG).json()["summary"].startswith(
         f"{run['name']} was canceled after 0s")
 
@@ -316,6 +316,9 @@ def test_stopping_a_run_that_waits_for_its_copy_stops_the_copy(stack, org, s3, p
      "where transfers keep partial files"),
     ({"direction": "import", "volume": "v", "url": "s3://bucket/p", "max_spend": 5},
      "max_spend must be a string"),
+    ({"direction": "import", "volume": "v", "url": "s3://bucket/\ud800"}, "not valid Unicode"),
+    ({"direction": "import", "volume": "v", "path": "a\u001b[2J", "url": "s3://bucket/p"},
+     "may not hold control characters"),
 ])
 def test_the_api_refuses_what_no_transfer_may_be(stack, org, body, message):
     answer = stack.api("POST", "/transfers", ORG, json=body)
@@ -329,7 +332,9 @@ def test_a_mount_that_is_not_one_is_refused_before_anything_starts(stack, org, p
                            ("s3://b/p:/mnt/v", "not an S3 location")):
         done = stack.div("run", "--gpu", "cpu", "--mount", mount, "x.py", cwd=project, org=ORG)
         assert done.returncode == 2 and message in done.stderr.decode(), done.stderr
-    answer = stack.api("POST", "/runs", ORG, json={
-        "project": "p", "command": "true", "gpu": "cpu",
-        "mounts": ["s3://bucket/a:/mnt/same", "s3://bucket/b:/mnt/same"]})
-    assert answer.status_code == 400 and "same /mnt/NAME" in answer.json()["error"]
+    for mounts, message in ((["s3://bucket/a:/mnt/same", "s3://bucket/b:/mnt/same"], "same /mnt/NAME"),
+                            ([f"s3://bucket/p:/mnt/v{i}" for i in range(9)], "at most 8 mounts"),
+                            (["s3://bucket/\ud800:/mnt/v"], "not valid Unicode")):
+        answer = stack.api("POST", "/runs", ORG, json={
+            "project": "p", "command": "true", "gpu": "cpu", "mounts": mounts})
+        assert answer.status_code == 400 and message in answer.json()["error"], answer.text

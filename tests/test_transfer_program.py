@@ -114,7 +114,7 @@ def test_locations_and_mounts():
     assert parse_s3_url("s3://my-bucket").prefix == ""
     location, volume = parse_mount("s3://my-bucket/eval/set:/mnt/evalset/")
     assert (location.url, volume) == ("s3://my-bucket/eval/set", "evalset")
-    for bad in ("s3://b/x", "s3://ab/x", "s3://bucket_/\x00", "http://bucket/x", "s3:/bucket", "s3://-bucket/x",
+    for bad in ("s3://b/x", "s3://ab/x", "s3://bucket_/\x00", "s3://bucket/\ud800", "http://bucket/x", "s3:/bucket", "s3://-bucket/x",
                 "s3://bucket/" + "k" * 1025):
         with pytest.raises(Invalid):
             parse_s3_url(bad)
@@ -131,3 +131,78 @@ def test_a_transfers_command_passes_each_value_as_one_word(prefix):
                      "a b/c'd"]
     words = shlex.split(Transfer("export", "vol", "", location).command())
     assert words == ["python3", "-I", "div_s3.py", "export", "/mnt/vol", "", f"s3://bucket/{prefix}"]
+
+
+def test_a_key_too_deep_is_refused_not_a_recursion():
+    with pytest.raises(program.Refused, match="more than 256 folders deep"):
+        program.relative_parts("a/" * 1500 + "x")
+
+
+def test_a_tree_of_many_folders_keeps_few_open(tmp_path):
+    volume = program.Volume(str(tmp_path))
+    before = len(os.listdir("/proc/self/fd"))
+    for i in range(300):
+        volume.folder(["top", f"d{i}", "sub"], create=True)
+    assert len(os.listdir("/proc/self/fd")) - before <= program.OPEN_FOLDERS
+    assert len(list((tmp_path / "top").iterdir())) == 300
+
+
+def test_clashing_keys_are_found_in_listing_order_holding_few():
+    clashes = program.Clashes()
+    refused = []
+    for rel in sorted(["a", "a-b", "a-b/x", "a.c", "a/x", "a0", "b/c", "b/c/d"]):
+        try:
+            clashes.check(rel)
+        except program.Refused as why:
+            refused.append((rel, str(why)))
+    assert refused == [("a-b/x", "a-b is both a file and a folder"),
+                       ("a/x", "a is both a file and a folder"),
+                       ("b/c/d", "b/c is both a file and a folder")]
+    assert clashes.files == ["b/c"]      # every file before it passed its region
+
+
+class Walked:
+    """What _walk asks of a transfer: its volume, and where to say things."""
+
+    def __init__(self, root):
+        self.volume = program.Volume(str(root))
+        self.said = []
+
+    def refuse(self, name, why):
+        self.said.append(("refused", name))
+
+    def skip(self, name, st):
+        self.said.append(("skipped", name))
+
+
+def test_export_walks_the_volume_in_the_order_s3_lists_keys(tmp_path):
+    for rel in ("a0", "a-x", "a/b", "a/c/d", "b", "ü", ".div-partial/p"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    (tmp_path / "a" / "c" / "link").symlink_to("/etc/passwd")
+    os.mkfifo(tmp_path / "fifo")
+    job = Walked(tmp_path)
+    walked = [rel for _, _, rel in program._walk(job, [])]
+    assert walked == ["a-x", "a/b", "a/c/d", "a0", "b", "ü"] == sorted(walked)
+    assert sorted(job.said) == [("skipped", "a/c/link"), ("skipped", "fifo")]
+    assert [rel for _, _, rel in program._walk(Walked(tmp_path), ["a"])] == ["b", "c/d"]
+
+
+def test_secret_values_never_reach_the_log_even_escaped(monkeypatch, capsys):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t\r")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    program.say(f"Invalid header value {program.shown('s3cr3t' + chr(13))} for AKIAEXAMPLE")
+    assert capsys.readouterr().err == "Invalid header value *** for ***\n"
+
+
+def test_a_partial_folder_another_transfer_removed_is_made_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "key")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    transfer = program.Transfer(str(tmp_path), "bucket", "import")
+    transfer.open_partial()
+    os.rmdir(tmp_path / program.PARTIAL)     # another transfer ended, the folder empty
+    temp = transfer.partial_file()
+    assert (tmp_path / program.PARTIAL / temp.name).exists()
+    transfer.close(aborted=True)
+    assert not (tmp_path / program.PARTIAL).exists()

@@ -65,16 +65,16 @@ def summary_line(run: Run) -> str | None:
 
 
 def _failed_copy(run: Run) -> dict | None:
-    """The first of a run's mounts whose copy ended without succeeding,
-    when the run never started: Slurm ended it for that
-    (--kill-on-invalid-dep). A run stopped while its copies still ran
-    was canceled, as any other."""
+    """The first of a run's mounts whose copy failed (or hit a spend
+    limit), when the run never started: Slurm ended it for that
+    (--kill-on-invalid-dep). A copy canceled, or a run stopped while its
+    copies still ran (which stops them), is a run canceled, as any other."""
     if run.started_at is not None or not run.mounts:
         return None
     statuses = dict(db.session.execute(db.select(Run.name, Run.status).where(
         Run.org_id == run.org_id, Run.name.in_([m["copy"] for m in run.mounts]))).all())
-    return next((m for m in run.mounts
-                 if statuses.get(m["copy"]) not in ("succeeded", "queued", "running")), None)
+    return next((m for m in run.mounts if statuses.get(m["copy"]) in
+                 ("failed", "budget_exceeded", "limit_reached")), None)
 
 
 def _ended_line(run: Run) -> str | None:

@@ -19,7 +19,15 @@ from app.models import Org, Project, Run, User, iso_utc
 from app.services.catalog import catalog
 from app.services.checks import parse_check
 from app.services.code import stored_tree
-from app.services.errors import Conflict, Forbidden, Invalid, NotFound, Refused, Unavailable
+from app.services.errors import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    Refused,
+    ServiceError,
+    Unavailable,
+)
 from app.services.pricing import current_prices, micros, minutes_for, usd_text
 from app.services.rows import add_unique
 from app.services.run_text import waiting_text
@@ -56,6 +64,9 @@ LIVE = ("queued", "running")
 REQUEST_KEY = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 CODE_REF = re.compile(r"^([a-z0-9_-][a-z0-9._-]{0,62})/code/([0-9a-f]{8,64})$")
 MAX_TELEMETRY_BYTES = 64 * 1024
+# Each mount is a job submitted with the run's: a bound on what one request
+# (or one schedule's firing, in the reconciler) submits.
+MAX_MOUNTS = 8
 
 
 @dataclass
@@ -166,6 +177,8 @@ def _validate(req: RunRequest) -> None:
     if req.code_ref is not None and not CODE_REF.fullmatch(req.code_ref):
         raise Invalid(f"invalid code reference {req.code_ref!r}")
     volumes = [volume for _, volume in req.mounts]
+    if len(volumes) > MAX_MOUNTS:
+        raise Invalid(f"at most {MAX_MOUNTS} mounts a run")
     if len(set(volumes)) != len(volumes):
         raise Invalid("two mounts name the same /mnt/NAME")
 
@@ -337,17 +350,28 @@ def _create_with_mounts(user: User, req: RunRequest, request_key: str | None) ->
     limit, each); then the run, whose job waits for theirs (afterok: a copy
     that fails ends it unstarted). A run that is not made takes its copies
     with it."""
-    copies = []
-    for index, (location, volume) in enumerate(req.mounts):
-        key = _copy_key(request_key, index)
-        copies.append(run_for_request_key(user.org_id, key) or start_transfer(
-            user, Transfer("import", volume, "", location), key, req.max_spend_micros))
-    try:
+    copies: list[Run] = []
+    with _stopped_on_error(copies):
+        for index, (location, volume) in enumerate(req.mounts):
+            key = _copy_key(request_key, index)
+            copies.append(run_for_request_key(user.org_id, key) or start_transfer(
+                user, Transfer("import", volume, "", location), key, req.max_spend_micros))
+    waiting = [copy.name for copy in copies if copy.slurm_job_id is None]
+    if waiting:     # a retry's copy whose submit is still being settled: it goes on
+        raise Unavailable(f"the copy {waiting[0]} has no Slurm job yet; try again in a minute")
+    with _stopped_on_error(copies):
         return create_run(user, replace(req, copies=[copy.name for copy in copies], after_jobs=[
             copy.slurm_job_id for copy in copies]), request_key)
+
+
+@contextlib.contextmanager
+def _stopped_on_error(copies: list[Run]):
+    try:
+        yield
     except Exception:
         for copy in copies:
-            stop_run(copy)
+            with contextlib.suppress(ServiceError):
+                stop_run(copy)
         raise
 
 
@@ -478,7 +502,8 @@ def stop_run(run: Run) -> bool:
     db.session.commit()
     if run.started_at is None:
         for copy in _live_copies(run):    # no run waits for them now
-            stop_run(copy)
+            with contextlib.suppress(ServiceError):
+                stop_run(copy)
     return True
 
 

@@ -63,7 +63,7 @@ def parse_s3_url(url: object) -> S3Location:
     if not BUCKET.fullmatch(bucket):
         raise Invalid(f"invalid bucket name {bucket!r}: 3 to 63 letters, digits, ., - and _")
     prefix = prefix.strip("/")
-    if len(prefix.encode()) > MAX_KEY_BYTES or any(not c.isprintable() for c in prefix):
+    if any(not c.isprintable() for c in prefix) or len(prefix.encode()) > MAX_KEY_BYTES:
         raise Invalid(f"invalid prefix in {url!r}: at most {MAX_KEY_BYTES} bytes, "
                       "no control characters")
     return S3Location(bucket, prefix)
@@ -108,6 +108,8 @@ def parse_transfer(body: object) -> Transfer:
     if not isinstance(body.get("max_spend"), str | None):
         raise Invalid("max_spend must be a string of dollars")
     path = clean_path(body.get("path") or "")
+    if any(not c.isprintable() for c in path):
+        raise Invalid("a path in a volume may not hold control characters")
     if path.split("/")[0] == ".div-partial":
         raise Invalid(".div-partial is where transfers keep partial files")
     return Transfer(direction, check_volume_name(body.get("volume")), path,

@@ -35,7 +35,7 @@ def run_dir(org: Org, name: str) -> str:
 # How long after its first node's exit file a run counts as ending: the
 # reconciler and log followers look at it sooner until Slurm says it ended
 # (or this long has passed, for a job stuck ending).
-ENDING_SECONDS = 30
+ENDING_SECONDS = 10
 
 
 def run_is_ending(state_dir: str, attempt: int) -> bool:
