@@ -450,15 +450,6 @@ def _listing(client, bucket: str, prefix: str):
         yield from page.get("Contents", [])
 
 
-def _moved(job: Transfer, work) -> None:
-    aborted = True
-    try:
-        work()
-        aborted = False
-    finally:
-        job.close(aborted)
-
-
 def _single_object(client, bucket: str, key: str) -> dict | None:
     from botocore.exceptions import ClientError
     try:
@@ -476,16 +467,24 @@ def _mtime(obj: dict) -> float:
     return modified.timestamp() if isinstance(modified, datetime) else float(modified)
 
 
-def run_import(url: str, volume_root: str, path: str) -> int:
+def run_transfer(direction: str, url: str, volume_root: str, path: str) -> int:
+    """import or export between s3://BUCKET/PREFIX and PATH in the volume;
+    the exit code."""
     bucket, prefix = parse_url(url)
-    dest = relative_parts(path) if path else []
-    job = Transfer(volume_root, bucket, f"import {url}")
+    parts = relative_parts(path) if path else []
+    job = Transfer(volume_root, bucket, f"{direction} {url}")
+    move = _import_all if direction == "import" else _export_all
     with job.progress:
-        _moved(job, lambda: _import_all(job, prefix, dest))
-    return _summary(job, "imported", job.progress.line())
+        aborted = True
+        try:
+            move(job, parts, prefix)
+            aborted = False
+        finally:
+            job.close(aborted)
+    return _summary(job, f"{direction}ed")
 
 
-def _import_all(job: Transfer, prefix: str, dest: list[str]) -> None:
+def _import_all(job: Transfer, dest: list[str], prefix: str) -> None:
     if dest[:1] == [PARTIAL]:
         raise Fatal(f"{PARTIAL} is where transfers keep partial files, not a destination")
     # The first page before anything is made: a bucket that is not there
@@ -655,15 +654,6 @@ def _remove_if_empty(folder: int, name: str) -> None:
         pass        # another transfer's partials are in it
 
 
-def run_export(volume_root: str, path: str, url: str) -> int:
-    bucket, prefix = parse_url(url)
-    source = relative_parts(path) if path else []
-    job = Transfer(volume_root, bucket, f"export {url}")
-    with job.progress:
-        _moved(job, lambda: _export_all(job, source, prefix))
-    return _summary(job, "exported", job.progress.line())
-
-
 def _export_all(job: Transfer, source: list[str], prefix: str) -> None:
     top = job.volume.lstat(source) if source else os.fstat(job.volume.fd)
     if top is None:
@@ -799,7 +789,7 @@ def _local_etag(fd: int, st: os.stat_result) -> str:
     return etag
 
 
-def _summary(job: Transfer, verb: str, last: str) -> int:
+def _summary(job: Transfer, verb: str) -> int:
     p = job.progress
     seconds = time.monotonic() - p.started
     files = f"{job.moved:,} file" + ("" if job.moved == 1 else "s")
@@ -815,9 +805,9 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         if len(argv) in (3, 4) and argv[0] == "import":
-            return run_import(argv[1], argv[2], argv[3] if len(argv) == 4 else "")
+            return run_transfer("import", argv[1], argv[2], argv[3] if len(argv) == 4 else "")
         if len(argv) == 4 and argv[0] == "export":
-            return run_export(argv[1], argv[2], argv[3])
+            return run_transfer("export", argv[3], argv[1], argv[2])
         say(__doc__.split("\n\n")[1])
         return 2
     except Fatal as exc:

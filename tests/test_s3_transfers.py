@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.upload import file_sha256
 from tests.buckets import keys_below, new_bucket, object_sha256, put_objects, s3_client
 from tests.conftest import S3_ORG, S3_SECRETS
 
@@ -22,16 +23,8 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def file_sha(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def tree(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): file_sha(p) for p in sorted(folder.rglob("*"))
+    return {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*"))
             if p.is_file() and not p.is_symlink()}
 
 
@@ -103,7 +96,7 @@ def test_import_and_export_round_trip_byte_for_byte(stack, org, s3):
     assert rc == 0 and s3.get_object(Bucket=bucket, Key="one/b.txt")["Body"].read() == b"hello\n"
     rc, _, err = div(stack, "storage", "import", "rt/single", f"s3://{bucket}/ds/big.bin")
     assert rc == 0, err
-    assert file_sha(volume(stack, "rt") / "single" / "big.bin") == expected["big.bin"]
+    assert file_sha256(volume(stack, "rt") / "single" / "big.bin") == expected["big.bin"]
 
 
 def test_transfers_are_cpu_runs_billed_listed_and_never_hold_the_keys(stack, org, s3, s3_server):
@@ -172,7 +165,7 @@ def test_a_600_mb_object_goes_in_parts_both_ways(stack, org, s3, tmp_path):
     s3.upload_file(str(local), bucket, "w/weights.bin")     # 8 MiB parts
     rc, _, err = div(stack, "storage", "import", "weights", f"s3://{bucket}/w")
     assert rc == 0, err
-    assert file_sha(volume(stack, "weights") / "weights.bin") == digest.hexdigest()
+    assert file_sha256(volume(stack, "weights") / "weights.bin") == digest.hexdigest()
     rc, _, err = div(stack, "storage", "export", "weights/weights.bin", f"s3://{bucket}/copy")
     assert rc == 0, err
     head = s3.head_object(Bucket=bucket, Key="copy/weights.bin")

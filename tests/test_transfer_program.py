@@ -114,8 +114,8 @@ def test_locations_and_mounts():
     assert parse_s3_url("s3://my-bucket").prefix == ""
     location, volume = parse_mount("s3://my-bucket/eval/set:/mnt/evalset/")
     assert (location.url, volume) == ("s3://my-bucket/eval/set", "evalset")
-    for bad in ("s3://b/x", "s3://ab/x", "s3://bucket_/\x00", "s3://bucket/\ud800", "http://bucket/x", "s3:/bucket", "s3://-bucket/x",
-                "s3://bucket/" + "k" * 1025):
+    for bad in ("s3://b/x", "s3://ab/x", "s3://bucket_/\x00", "s3://bucket/\ud800",
+                "http://bucket/x", "s3:/bucket", "s3://-bucket/x", "s3://bucket/" + "k" * 1025):
         with pytest.raises(Invalid):
             parse_s3_url(bad)
     for bad in ("s3://bucket/x", "s3://bucket/x:/mnt/../etc", "s3://bucket/x:/mnt/"):
