@@ -199,12 +199,12 @@ def follow_ending(until: float, every: float) -> None:
     ended and that Slurm has yet to end, alone (one squeue and one sacct for
     them all): `div run` and the dashboard show a run's end a moment after
     it ends, not a cycle later."""
-    while time.monotonic() + every < until:
-        ending = runs_ending()
-        if not ending:
-            return
+    ending = runs_ending()
+    while ending and time.monotonic() + every < until:
         time.sleep(every)
         follow_jobs(ending)
+        # Those still running; a run that starts ending now waits a cycle.
+        ending = [run for run in ending if run.status == "running"]
 
 
 def runs_ending() -> list[Run]:

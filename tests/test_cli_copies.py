@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.services import checks, volumes
+from app.services import checks, transfers, volumes
 from app.services.catalog import catalog_json
 from app.services.keys import create_key
 from app.services.orgs import get_or_create_org, get_or_create_user
@@ -19,7 +19,8 @@ from slurm import jobspec
 @pytest.mark.parametrize("cli_copy, server", [
     (flags.NAME, jobspec.RUN_NAME), (flags.ENV_KEY, jobspec.ENV_KEY),
     (flags.RESERVED_ENV, jobspec.RESERVED_ENV), (flags.VOLUME, jobspec.VOLUME_NAME),
-    (flags.IMAGE, jobspec.IMAGE_REF), (flags.CHECK, checks.CHECK), (flags.NUMBER, checks.NUMBER)])
+    (flags.IMAGE, jobspec.IMAGE_REF), (flags.CHECK, checks.CHECK), (flags.NUMBER, checks.NUMBER),
+    (flags.S3_BUCKET, transfers.BUCKET)])
 def test_the_clis_patterns_are_the_servers(cli_copy, server):
     assert cli_copy.pattern == server.pattern
 

@@ -366,8 +366,12 @@ def _create_with_mounts(user: User, req: RunRequest, request_key: str | None) ->
 
 @contextlib.contextmanager
 def _stopped_on_error(copies: list[Run]):
+    """Stops the copies when the run they were for is not made. A run whose
+    submit Slurm did not answer is kept (SubmitUnsure), and waits for them."""
     try:
         yield
+    except SubmitUnsure:
+        raise
     except Exception:
         for copy in copies:
             with contextlib.suppress(ServiceError):
@@ -384,7 +388,7 @@ def create_run(user: User, req: RunRequest, request_key: str | None = None) -> R
     org = user.org
     if user.removed_at is not None or org.removed_at is not None:
         raise Forbidden(f"{user.username} was removed: no new runs")
-    if len(req.copies) < len(req.mounts):
+    if req.mounts and not req.copies:
         return _create_with_mounts(user, req, request_key)
     sizing = size_run(org, req)
     code_dir = req.tool_dir
@@ -450,9 +454,14 @@ def _submit(run: Run, org: Org, state: str, script: str) -> str:
     except SlurmError as exc:
         # sbatch may have reached the controller: the run stays, and the
         # reconciler adopts its job or settles it as never submitted.
-        raise Unavailable(f"Slurm did not say whether it took {run.name}: {exc}; it is "
+        raise SubmitUnsure(f"Slurm did not say whether it took {run.name}: {exc}; it is "
                           f"not lost: within minutes it runs or ends failed; see `div logs "
                           f"{run.name} -f` before you start it again") from None
+
+
+class SubmitUnsure(Unavailable):
+    """Slurm did not say whether it took the run, which is kept: the
+    reconciler adopts its job or settles it."""
 
 
 def _not_taken(exc: SlurmError) -> Unavailable:

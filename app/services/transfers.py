@@ -14,10 +14,12 @@ jobs (Slurm's afterok), so only what changed since the last copy moves and
 the run starts with its data in place."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
 import shlex
+import shutil
 import tempfile
 from dataclasses import dataclass
 from importlib import resources
@@ -25,10 +27,11 @@ from importlib import resources
 from flask import current_app
 
 from app.models import Org
-from app.services.errors import Invalid, NotFound
+from app.services.durable import sync_folder
+from app.services.errors import Invalid
 from app.services.secrets import secrets_of
-from app.services.storage import clean_path
-from app.services.volumes import check_volume_name, data_path, volume_dir
+from app.services.storage import clean_path, open_volume
+from app.services.volumes import check_volume_name, data_path
 from slurm.jobspec import CPU
 
 # The names every S3 tool reads; the first two are required.
@@ -129,29 +132,47 @@ def run_fields(org: Org, transfer: Transfer, types: dict) -> dict:
     as its code, the org's S3 secrets, two cpu units, the volume it names."""
     if CPU not in types:
         raise Invalid("this site sells no cpu runs, which S3 transfers run as")
-    if transfer.direction == "export" and not os.path.isdir(volume_dir(org, transfer.volume)):
-        raise NotFound(f"no volume named {transfer.volume!r}")
+    if transfer.direction == "export":
+        open_volume(org, transfer.volume).close()   # NotFound when there is none
     fields = dict(project=PROJECT, command=transfer.command(), gpu=CPU, gpus=UNITS,
                   secrets=s3_secret_names(org), tool_dir=program_dir(), volumes=[transfer.volume])
     image = current_app.config["DIV_TRANSFER_IMAGE"]
     return fields | ({"image": image} if image else {})
 
 
+@functools.cache
+def _program() -> tuple[bytes, str]:
+    """The transfer program's text and the name of its folder (its hash):
+    read once a process."""
+    text = resources.files("s3").joinpath("transfer.py").read_bytes()
+    return text, f"s3-{hashlib.sha256(text).hexdigest()[:16]}"
+
+
 def program_dir() -> str:
     """The transfer program, as the code of a transfer run: a folder only
-    the server writes, named by the program's hash, made once."""
-    text = resources.files("s3").joinpath("transfer.py").read_bytes()
-    folder = data_path("tools", f"s3-{hashlib.sha256(text).hexdigest()[:16]}")
+    the server writes, named by the program's hash, made once, on disk
+    before its name is (a crash never leaves a named folder with a torn
+    program that every later transfer would run)."""
+    text, name = _program()
+    tools = data_path("tools")
+    folder = os.path.join(tools, name)
     if os.path.isdir(folder):
         return folder
-    os.makedirs(os.path.dirname(folder), exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".s3-", dir=os.path.dirname(folder))
+    os.makedirs(tools, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".s3-", dir=tools)
     with open(os.path.join(staging, PROGRAM), "wb") as f:
         f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
     os.chmod(staging, 0o755)
     try:
         os.rename(staging, folder)
     except OSError:        # made meanwhile by another worker
-        os.remove(os.path.join(staging, PROGRAM))
-        os.rmdir(staging)
+        shutil.rmtree(staging)
+        return folder
+    tools_fd = os.open(tools, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        sync_folder(tools_fd)
+    finally:
+        os.close(tools_fd)
     return folder
