@@ -246,6 +246,15 @@ def transfer_manager(client):
         max_request_concurrency=CONCURRENCY, max_io_queue_size=1000))
 
 
+def unreachable(exc: Exception) -> bool:
+    """The connection failed or broke, as opposed to S3 refusing a request."""
+    try:
+        from botocore.exceptions import ConnectionError, HTTPClientError
+    except ImportError:
+        return False
+    return isinstance(exc, ConnectionError | HTTPClientError)
+
+
 def failure_line(exc: Exception, bucket: str) -> str:
     """An S3 or network error in one line that says what to do."""
     from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
@@ -367,11 +376,18 @@ class Transfer:
         say(f"skipped {shown(name)}: {_not_regular(st)}")
 
     def fail(self, name: str, error: Exception, temp: PartialFile | None = None) -> None:
+        """One object's failure is a line and the rest goes on; a service
+        that stopped answering (after botocore's retries) ends the whole
+        transfer in one line, not one a remaining object."""
         self.failed += 1
-        why = str(error) if isinstance(error, Refused) else failure_line(error, self.bucket)
-        say(f"failed {shown(name)}: {why}")
         if temp is not None:
             self._forget(temp, unlink=True)
+        if unreachable(error):
+            moved = f"{self.moved:,} file" + ("" if self.moved == 1 else "s")
+            raise Fatal(f"s3://{self.bucket}: the S3 service stopped answering; {moved} moved, "
+                        "started again the transfer moves the rest")
+        why = str(error) if isinstance(error, Refused) else failure_line(error, self.bucket)
+        say(f"failed {shown(name)}: {why}")
 
     def done(self, temp: PartialFile | None = None) -> None:
         self.progress.objects_done += 1

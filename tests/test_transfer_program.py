@@ -206,3 +206,15 @@ def test_a_partial_folder_another_transfer_removed_is_made_again(tmp_path, monke
     assert (tmp_path / program.PARTIAL / temp.name).exists()
     transfer.close(aborted=True)
     assert not (tmp_path / program.PARTIAL).exists()
+
+
+def test_a_service_that_stops_answering_ends_the_transfer_in_one_line(tmp_path, monkeypatch):
+    from botocore.exceptions import EndpointConnectionError
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "key")
+    transfer = program.Transfer(str(tmp_path), "bucket", "import")
+    transfer.fail("a", program.Refused("a is a link in the volume"))     # a line; it goes on
+    with pytest.raises(program.Fatal, match="s3://bucket: the S3 service stopped answering; "
+                                            "0 files moved, started again"):
+        transfer.fail("b", EndpointConnectionError(endpoint_url="http://127.0.0.1:9"))
+    transfer.close(aborted=True)
