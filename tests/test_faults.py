@@ -304,11 +304,22 @@ def _node_state(node: str) -> str:
 
 def fail_node(node: str) -> None:
     """A node dies as in a power cut: every process in its network namespace
-    (its slurmd, the job's steps, the run's own) SIGKILLed at once."""
-    for pid in subprocess.run(["ip", "netns", "pids", f"div-{node}"], capture_output=True,
-                              text=True).stdout.split():
+    (its slurmd, the job's steps, the run's own) stopped, then SIGKILLed. All
+    are frozen first, so none runs on between two kills (a shell whose
+    `sleep` died first would go on to its next command, as no node does)."""
+    def pids() -> set[int]:
+        return {int(pid) for pid in subprocess.run(
+            ["ip", "netns", "pids", f"div-{node}"], capture_output=True, text=True).stdout.split()}
+
+    frozen: set[int] = set()
+    while new := pids() - frozen:     # a process forked meanwhile is frozen too
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        frozen |= new
+    for pid in frozen:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_node_that_fails_mid_run_restarts_it_elsewhere_billing_every_attempt(faulty, code):
