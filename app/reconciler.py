@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -194,14 +195,15 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
     return changed
 
 
-def follow_ending(until: float, every: float) -> None:
+def follow_ending(until: float, every: float, stop: threading.Event) -> None:
     """Between cycles, every `every` seconds, the runs whose command has
     ended and that Slurm has yet to end, alone (one squeue and one sacct for
     them all): `div run` and the dashboard show a run's end a moment after
     it ends, not a cycle later."""
     ending = runs_ending()
     while ending and time.monotonic() + every < until:
-        time.sleep(every)
+        if stop.wait(every):
+            return
         follow_jobs(ending)
         # Those still running; a run that starts ending now waits a cycle.
         ending = [run for run in ending if run.status == "running"]
@@ -245,21 +247,24 @@ def _cycle(holder: str, ttl: float, acting: bool) -> bool:
     return True
 
 
-def run_forever(interval: float, stop_after: float | None = None) -> None:
+def run_forever(interval: float, stop_after: float | None = None,
+                stop: threading.Event | None = None) -> None:
     """Cycles every `interval` seconds while it holds the lease; waits as a
-    standby while another reconciler does."""
+    standby while another reconciler does. Setting `stop` ends it between
+    steps, never inside a transaction, so its lease is always handed back."""
+    stop = stop or threading.Event()
     holder = holder_name()
     ttl = max(10.0, interval * 10)
     deadline = None if stop_after is None else time.monotonic() + stop_after
     acting, pause = False, interval
     try:
-        while deadline is None or time.monotonic() < deadline:
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
             started = time.monotonic()
             try:
                 acting = _cycle(holder, ttl, acting)
                 pause = interval
                 if acting:
-                    follow_ending(started + interval, interval / 4)
+                    follow_ending(started + interval, interval / 4, stop)
             except (SlurmError, Unavailable) as exc:
                 db.session.rollback()
                 log.warning("Slurm did not answer: %s", exc)
@@ -267,7 +272,17 @@ def run_forever(interval: float, stop_after: float | None = None) -> None:
                 db.session.rollback()
                 pause = min(30.0, pause * 2)
                 log.exception("a reconciler cycle failed; trying again in %.0f s", pause)
-            time.sleep(max(0.0, pause - (time.monotonic() - started)))
+            stop.wait(max(0.0, pause - (time.monotonic() - started)))
     finally:
-        if acting:
-            leases.release(LEASE, holder)
+        _hand_back(holder)
+
+
+def _hand_back(holder: str) -> None:
+    """Releases the lease if this holder has it (also when a cycle was cut
+    short before it knew it held it), so a restarted reconciler acts at once
+    instead of after the TTL; if the database is gone the TTL frees it."""
+    try:
+        db.session.rollback()
+        leases.release(LEASE, holder)
+    except Exception:
+        log.exception("could not hand the lease back; it expires on its own")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
+import threading
 
 import click
 from flask import current_app
@@ -26,10 +26,13 @@ def reconcile(interval: float | None, once: bool) -> None:
             raise click.ClickException("another reconciler is acting; nothing done")
         click.echo(f"{changed} runs changed")
         return
-    # A plain `kill` ends the loop through its finally, which hands the lease
-    # back, so a restarted reconciler acts at once instead of after the TTL.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    run_forever(interval or current_app.config["DIV_RECONCILE_INTERVAL"])
+    # A plain `kill` (or Ctrl-C) asks the loop to end between steps rather
+    # than raising inside a transaction, so it always hands its lease back
+    # and a restarted reconciler acts at once instead of after the TTL.
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    run_forever(interval or current_app.config["DIV_RECONCILE_INTERVAL"], stop=stop)
 
 
 commands = [reconcile]
