@@ -63,6 +63,22 @@ class Config:
     # A JSON body (a manifest of 100,000 files is about 13 MB) is read whole;
     # files and bundles stream, with their own limits (app/services/storage.py).
     MAX_CONTENT_LENGTH = int(os.environ.get("DIV_MAX_JSON_BYTES", str(16 * 1024 * 1024)))
+    # The dashboard's address as users reach it: notifications link runs there.
+    DIV_PUBLIC_URL = os.environ.get("DIV_PUBLIC_URL", "http://127.0.0.1:8000")
+    # Email notifications go through the site's SMTP server (none: no email).
+    DIV_SMTP_HOST = os.environ.get("DIV_SMTP_HOST", "")
+    DIV_SMTP_PORT = int(os.environ.get("DIV_SMTP_PORT", "25"))
+    DIV_SMTP_FROM = os.environ.get("DIV_SMTP_FROM", "divergent@localhost")
+    DIV_SMTP_USER = os.environ.get("DIV_SMTP_USER", "")
+    DIV_SMTP_PASSWORD = os.environ.get("DIV_SMTP_PASSWORD", "")
+    DIV_SMTP_STARTTLS = os.environ.get("DIV_SMTP_STARTTLS", "0") == "1"
+    # Webhooks reach public addresses only, and these networks (CIDRs,
+    # comma-separated) besides: a site's own chat server, say.
+    DIV_WEBHOOK_ALLOWED_NETWORKS = os.environ.get("DIV_WEBHOOK_ALLOWED_NETWORKS", "")
+    # A failed delivery is tried again after 1, 2, 4, ... times this many
+    # seconds, at most this many times in all.
+    DIV_NOTIFY_RETRY_SECONDS = float(os.environ.get("DIV_NOTIFY_RETRY_SECONDS", "30"))
+    DIV_NOTIFY_MAX_ATTEMPTS = int(os.environ.get("DIV_NOTIFY_MAX_ATTEMPTS", "8"))
     # Behind this many reverse proxies, the client's address is taken from
     # X-Forwarded-For (0: the connection's own address).
     DIV_PROXY_HOPS = int(os.environ.get("DIV_PROXY_HOPS", "0"))

@@ -166,12 +166,20 @@ class Run(db.Model):
     # Buckets copied into volumes before it started (--mount): url, path
     # (/mnt/NAME) and copy (the transfer run's name), each.
     mounts: Mapped[list] = mapped_column(sa.JSON, default=list)
+    # A sweep's member (app/services/sweeps.py): its sweep, its index in the
+    # Slurm job array and the values it was given ({"LR": "1e-3"}).
+    sweep_id: Mapped[int | None] = mapped_column(sa.ForeignKey("sweep.id"), index=True)
+    sweep_index: Mapped[int | None]
+    sweep_values: Mapped[dict | None] = mapped_column(sa.JSON)
+    # The schedule that started it, if one did: its notifications apply.
+    schedule_name: Mapped[str | None] = mapped_column(sa.String(63))
 
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     project = relationship("Project")
+    sweep = relationship("Sweep")
 
     __table_args__ = (
         sa.UniqueConstraint("org_id", "name"),
@@ -234,6 +242,8 @@ class Schedule(db.Model):
     last_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_run_name: Mapped[str | None] = mapped_column(sa.String(63))
     last_error: Mapped[str | None] = mapped_column(sa.Text)
+    # The IANA time zone its cron is read in.
+    tz: Mapped[str] = mapped_column(sa.String(64), default="UTC", server_default="UTC")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     user = relationship("User")
@@ -243,3 +253,70 @@ class Schedule(db.Model):
         # The reconciler: every schedule that is due.
         sa.Index("ix_schedule_next_at", "next_at"),
     )
+
+
+class Sweep(db.Model):
+    """Runs over every combination of some env values, submitted as one
+    Slurm job array (app/services/sweeps.py); each member is a run."""
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"))
+    user_id: Mapped[int] = mapped_column(sa.ForeignKey("user.id"))
+    name: Mapped[str] = mapped_column(sa.String(63))
+    # {"LR": ["1e-3", "3e-4"], ...}, in the order given: member i's values
+    # are the i-th combination (the last key varies fastest).
+    axes: Mapped[dict] = mapped_column(sa.JSON)
+    size: Mapped[int]
+    slurm_job_id: Mapped[str | None] = mapped_column(sa.String(32))
+    schedule_name: Mapped[str | None] = mapped_column(sa.String(63))
+    request_key: Mapped[str | None] = mapped_column(sa.String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    __table_args__ = (
+        sa.UniqueConstraint("org_id", "name"),
+        sa.Index("ux_sweep_org_request_key", "org_id", "request_key", unique=True),
+    )
+
+
+class NotifyChannel(db.Model):
+    """Where an org hears about its runs' ends (app/services/notify.py): a
+    webhook or an email address, for some events, of every run or of one
+    schedule's; with its last delivery and error."""
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"), index=True)
+    user_id: Mapped[int] = mapped_column(sa.ForeignKey("user.id"))
+    kind: Mapped[str] = mapped_column(sa.String(8))          # webhook | email
+    target: Mapped[str] = mapped_column(sa.String(2048))     # the URL or the address
+    events: Mapped[list] = mapped_column(sa.JSON)
+    schedule_name: Mapped[str | None] = mapped_column(sa.String(63))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_delivery_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    last_error_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Notification(db.Model):
+    """The outbox: one message for one channel, written in the transaction
+    that ended its run, delivered by the sender (app/services/outbox.py)."""
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"))
+    channel_id: Mapped[int] = mapped_column(sa.ForeignKey("notify_channel.id", ondelete="CASCADE"))
+    run_name: Mapped[str] = mapped_column(sa.String(63))
+    event: Mapped[str] = mapped_column(sa.String(16))
+    text: Mapped[str] = mapped_column(sa.Text)
+    body: Mapped[dict] = mapped_column(sa.JSON)
+    status: Mapped[str] = mapped_column(sa.String(8), default="pending")  # pending|sent|failed
+    attempts: Mapped[int] = mapped_column(default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # A sender that took it may not be taken from until then (several
+    # reconcilers, each with a sender, never deliver one message twice).
+    claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    channel = relationship("NotifyChannel")
+
+    __table_args__ = (sa.Index("ix_notification_due", "status", "next_attempt_at"),)

@@ -21,12 +21,17 @@ from app.services import leases
 from app.services.checks import verdict
 from app.services.errors import Unavailable
 from app.services.metrics import CYCLE_BUDGET, ORG_CYCLE_BUDGET, MetricsRead, read_metrics
+from app.services.notify import enqueue_for
 from app.services.pricing import cost
 from app.services.runs import LIVE, run_dir, run_json
 from app.services.schedules import fire_due
 from app.services.secrets import masked_metrics, remove_secrets_file, rewrite_secrets_file
 from app.services.slurm_access import slurm_client
-from app.services.submissions import settle_unsubmitted
+from app.services.submissions import (
+    dropped_while_waiting,
+    settle_never_started,
+    settle_unsubmitted,
+)
 from app.services.usage import month_spend
 from app.services.volumes import data_path, run_is_ending
 from slurm.client import SlurmError
@@ -174,7 +179,13 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
     for run in live:
         record = records.get(run.slurm_job_id)
         if record is None:
-            continue   # just submitted: neither squeue nor sacct has it yet
+            # Just submitted (neither squeue nor sacct has it yet), or a
+            # sweep's member that was canceled while it waited.
+            if dropped_while_waiting(run):
+                settle_never_started(run, run.stopped_for or "canceled")
+                enqueue_for(run)
+                changed += 1
+            continue
         before = (run.status, run.pending_reason, run.elapsed_seconds)
         offset, restarts = run.metrics_offset or 0, run.restarts or 0
         state_dir = run_dir(orgs[run.org_id], run.name)
@@ -189,6 +200,8 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
             db.session.expire(run)
             continue
         changed += before != (run.status, run.pending_reason, run.elapsed_seconds)
+        if before[0] in LIVE and run.status not in LIVE:
+            enqueue_for(run)    # in the transaction that ends it
     db.session.flush()
     stop_orgs_at_their_limit(live, orgs)
     db.session.commit()

@@ -100,6 +100,24 @@ def parse_env(items: tuple[str, ...]) -> dict[str, str]:
     return env
 
 
+def parse_sweep(items: tuple[str, ...]) -> dict[str, list[str]]:
+    """--sweep LR=1e-3,3e-4 (repeatable): each variable with its values."""
+    axes: dict[str, list[str]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not ENV_KEY.fullmatch(key) or RESERVED_ENV.fullmatch(key):
+            raise click.BadParameter(f"{item!r} is not KEY=v1,v2,... (KEY: letters, digits "
+                                     "and _, not starting with a digit)", param_hint="--sweep")
+        split = values.split(",")
+        if not all(split) or len(set(split)) != len(split):
+            raise click.BadParameter(f"{item!r}: values are comma-separated, none empty, "
+                                     "none twice", param_hint="--sweep")
+        if key in axes:
+            raise click.BadParameter(f"{key} is swept twice", param_hint="--sweep")
+        axes[key] = split
+    return axes
+
+
 def parse_secret_name(name: str, flag: str = "--secret") -> str:
     if not ENV_KEY.fullmatch(name):
         raise click.BadParameter(

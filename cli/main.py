@@ -5,11 +5,13 @@ import click
 
 from cli.keys import keys, whoami
 from cli.login import login
+from cli.notify import notify
 from cli.run import run
 from cli.runs import logs, ls, stop
 from cli.schedule import schedule
 from cli.secrets import secrets
 from cli.storage import storage
+from cli.sweep import sweep
 from cli.transfers import export, import_
 from cli.usage import usage
 
@@ -22,5 +24,6 @@ def cli() -> None:
 
 storage.add_command(import_)
 storage.add_command(export)
-for command in (run, logs, stop, ls, login, whoami, keys, secrets, schedule, storage, usage):
+for command in (run, logs, stop, ls, login, whoami, keys, secrets, schedule, notify, sweep,
+                storage, usage):
     cli.add_command(command)

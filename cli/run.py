@@ -26,12 +26,14 @@ from cli.flags import (
     parse_mount,
     parse_name,
     parse_secret_name,
+    parse_sweep,
     parse_usd,
     parse_volume,
     safe_project_name,
 )
 from cli.follow import RECONNECT_SECONDS, follow
 from cli.output import count, exit_code_for, print_json
+from cli.sweep import follow_sweep
 from cli.upload import format_bytes, hash_files, list_files, upload
 
 # What the server answers for a request it will not take as it is.
@@ -104,6 +106,11 @@ def _callback(parse, *extra):
                    "before the run starts, as a transfer run of its own: only what changed since "
                    "the last copy moves, and nothing goes back to the bucket. The org's AWS_* "
                    "secrets. Repeatable.")
+@click.option("--sweep", "sweep", multiple=True, metavar="KEY=v1,v2,...",
+              callback=_callback(parse_sweep),
+              help="Start one run for each combination of these values, as one Slurm job "
+                   "array; each run gets its values as environment variables ($KEY). "
+                   "Repeatable. Spend limits apply to each run.")
 @click.option("--check", "checks", multiple=True, metavar="CHECK",
               callback=lambda ctx, param, values: [parse_check(v) for v in values],
               help="Condition the result must meet, such as metrics.accuracy>=0.8. Repeatable.")
@@ -124,8 +131,12 @@ def run(api, detach: bool, as_json: bool, **flags):
       div run --detach -- torchrun --nproc-per-node 8 train.py
     """
     body = run_request(api, flags, click.get_current_context().meta["after_dashes"],
-                       lambda request: check_first(api, "/runs/check", request))
-    follow_started(api, start(api, "/runs", body), detach, as_json)
+                       lambda request: check_first(
+                           api, "/sweeps/check" if request["sweep"] else "/runs/check", request))
+    if body["sweep"]:
+        follow_sweep(api, start(api, "/sweeps", body)["sweep"], detach, as_json)
+    else:
+        follow_started(api, start(api, "/runs", body), detach, as_json)
 
 
 def follow_started(api, created: dict, detach: bool, as_json: bool) -> None:
@@ -197,7 +208,8 @@ def run_request(api, params: dict, after_dashes: bool,
             "env": params["env_items"] or {}, "secrets": params["secrets"],
             "checks": [c["check"] for c in params["checks"]], "mounts": params["mounts"],
             "telemetry": telemetry.read_text() if telemetry else None,
-            "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f")}
+            "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f"),
+            "sweep": params["sweep"] or None}
     check(body)
     if not no_upload:
         paths = list_files(root)

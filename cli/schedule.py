@@ -6,24 +6,30 @@ import click
 
 from cli.context import pass_api
 from cli.flags import parse_name
-from cli.output import print_json, started, table
+from cli.output import print_json, table
 from cli.run import check_first, run, run_request
 
 
 @click.group("schedule")
 def schedule() -> None:
-    """Runs the server starts on a cron schedule (times in UTC)."""
+    """Runs the server starts on a cron schedule, in a time zone (UTC unless
+    --tz says)."""
 
 
 @schedule.command("create", context_settings={"ignore_unknown_options": True,
                                               "allow_interspersed_args": False})
 @click.option("--cron", required=True, metavar="'M H DOM MON DOW'",
-              help="When, in UTC, as crontab writes it: '0 3 * * *' is 03:00 every day.")
+              help="When, as crontab writes it: '0 3 * * *' is 03:00 every day.")
+@click.option("--tz", default="UTC", show_default=True, metavar="ZONE",
+              help="The IANA time zone the cron is read in (Europe/Berlin). Across "
+                   "daylight-saving changes a time the clocks skip runs once, just after, "
+                   "and one they pass twice runs the first time only.")
 @click.option("--name", callback=lambda ctx, param, value: value and parse_name(value, "--name"),
               help="The schedule's name.  [default: generated]")
 @click.argument("run_args", nargs=-1, type=click.UNPROCESSED, metavar="-- <div run flags and entrypoint>")
 @pass_api
-def schedule_create(api, cron: str, name: str | None, run_args: tuple[str, ...]) -> None:
+def schedule_create(api, cron: str, tz: str, name: str | None,
+                    run_args: tuple[str, ...]) -> None:
     """Start a run like `div run` would, at every time the cron expression
     names. The code is uploaded now: each run gets this folder as it is
     today (make the schedule again to change it).
@@ -36,10 +42,9 @@ def schedule_create(api, cron: str, name: str | None, run_args: tuple[str, ...])
     flags = {k: v for k, v in run_ctx.params.items()
              if k not in ("detach", "as_json", "token", "api_url")}
     body = run_request(api, flags, run_ctx.meta["after_dashes"], lambda request: check_first(
-        api, "/schedules/check", {"cron": cron, "name": name, "run": request}))
-    made = api.post("/schedules", {"cron": cron, "name": name, "run": body})["schedule"]
-    click.echo(f"schedule {made['name']}: {made['cron']} (UTC), next run at "
-               f"{started(made['next_at'])}", err=True)
+        api, "/schedules/check", {"cron": cron, "tz": tz, "name": name, "run": request}))
+    made = api.post("/schedules", {"cron": cron, "tz": tz, "name": name, "run": body})["schedule"]
+    click.echo(f"schedule {made['name']}: {made['when']}; next {made['next_local']}", err=True)
     click.echo(made["name"])
 
 
@@ -51,8 +56,8 @@ def schedule_ls(api, as_json: bool) -> None:
     rows = api.get("/schedules")["schedules"]
     if as_json:
         return print_json(rows)
-    table(["NAME", "CRON (UTC)", "NEXT", "LAST RUN", "COMMAND"],
-          [[row["name"], row["cron"], started(row["next_at"]),
+    table(["NAME", "WHEN", "LAST RUN", "COMMAND"],
+          [[row["name"], f"{row['when']}; next {row['next_local']}",
             row["last_run"] or (f"failed: {row['last_error']}" if row["last_error"] else "-"),
             row["command"]] for row in rows])
 

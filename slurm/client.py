@@ -4,6 +4,7 @@ parse into typed records."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 
@@ -100,6 +101,17 @@ class SlurmClient:
     def _sbatch(self, argv: list[str], script: str) -> CommandResult:
         return _judged_sbatch(self._call(argv, stdin=script))
 
+    # Whether this client can submit and follow a sweep's job array.
+    submits_arrays = True
+
+    def max_array_size(self) -> int:
+        """Slurm's MaxArraySize: a job array's indices go up to one less."""
+        for line in self._run(["scontrol", "show", "config"]).stdout.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "MaxArraySize" and value.strip().isdigit():
+                return int(value.strip())
+        return 1001      # Slurm's default
+
     def submit(self, script: str) -> str:
         """Submits a batch script (on stdin) and returns the job id."""
         return self._submitted(self._sbatch(["sbatch", "--parsable"], script))
@@ -139,7 +151,9 @@ class SlurmClient:
         if not ids:
             return {}
         # squeue refuses the whole list once one id has left its memory.
-        live = self._run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}",
+        # --array: a sweep's waiting members one a line ("87_3"), not "87_[0-19]".
+        live = self._run(["squeue", "--noheader", "--array", "--states=all",
+                          f"--jobs={','.join(ids)}",
                           f"--format={SQUEUE_FORMAT}"],
                          ok_errors=("Invalid job id",)).stdout
         return self._merged(parse_squeue(live), lambda: self._accounted(ids), squeue_alone)
@@ -179,13 +193,14 @@ class SlurmClient:
             accounted, complete = self._run([
                 "sacct", "--noheader", "--parsable2", "--allocations", f"--name={wanted}",
                 f"--accounts={account}", f"--starttime=now-{window}",
-                "--format=JobIDRaw,JobName,Submit"]).stdout, True
+                "--format=JobID,JobName,Submit"]).stdout, True
         except SlurmError as exc:
             log.warning("accounting did not answer, looking in squeue alone: %s", exc)
             accounted, complete = "", False
         found: dict[str, str] = {}
         for line in (live + "\n" + accounted).splitlines():
             job_id, name, submitted = (line.split("|") + ["", ""])[:3]
+            job_id = array_of(job_id)     # a sweep's array: its job
             if job_id.isdigit() and name in names and submitted.isdigit() \
                     and int(submitted) >= submitted_since:
                 found[name] = min(found.get(name, job_id), job_id, key=int)
@@ -255,7 +270,17 @@ def _judged_sbatch(result: CommandResult) -> CommandResult:
     return result
 
 
+# A job, or one member of a job array (a sweep's run): "87", "87_3".
+JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+
+
 def _job_id(job_id: str) -> str:
-    if not str(job_id).isdigit():
+    if not JOB_ID.fullmatch(str(job_id)):
         raise SlurmError(f"not a job id: {job_id!r}")
     return str(job_id)
+
+
+def array_of(job_id: str) -> str:
+    """The job of an id squeue or sacct prints: "87" for "87", "87_3" and
+    "87_[0-19]" alike."""
+    return job_id.split("_", 1)[0]

@@ -128,8 +128,19 @@ class SlurmSite:
 
 
 @dataclass(frozen=True)
+class ArrayMember:
+    """One member of a sweep's job array: its run, state folder and env
+    (the run's own with the sweep's values)."""
+
+    run_name: str
+    state_dir: str
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
 class JobSpec:
-    """One run as Slurm sees it. Cores and memory are totals for the run."""
+    """One run as Slurm sees it (or, with `array`, a sweep's runs: each
+    member's name, state folder and env replace the spec's own). Cores and memory are totals for the run."""
 
     run_name: str
     account: str
@@ -159,6 +170,7 @@ class JobSpec:
     # Job ids that must end well (afterok) before this job starts: the
     # copies of the buckets a run mounts.
     after_jobs: tuple[str, ...] = ()
+    array: tuple[ArrayMember, ...] = ()
 
     def __post_init__(self):
         validate(self)
@@ -217,6 +229,13 @@ def validate(spec: JobSpec) -> None:
             raise InvalidJobSpec("values must not contain NUL bytes")
     for job in spec.after_jobs:
         _check(JOB_ID, job, "job id")
+    for member in spec.array:
+        _check(RUN_NAME, member.run_name, "run name")
+        _check(STATE_PATH, member.state_dir, "state folder")
+        for key, value in member.env.items():
+            check_env_name(key)
+            if "\0" in value:
+                raise InvalidJobSpec("values must not contain NUL bytes")
     for path in (spec.state_dir, spec.volumes_dir, spec.code_dir, spec.trees_dir):
         if path is not None and not path.startswith("/"):
             raise InvalidJobSpec(f"paths must be absolute: {path!r}")

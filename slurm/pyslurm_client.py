@@ -149,6 +149,9 @@ def _submission_class(pyslurm):
 
 
 class PyslurmClient(SlurmClient):
+    # pyslurm's records key an array's members by their raw ids: sweeps go
+    # through the sbatch client (`flask site`: transport local or ssh).
+    submits_arrays = False
     def __init__(self, transport=None):
         super().__init__(transport or LocalTransport())
         self.pyslurm = load_pyslurm()

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 
 # %b: the GRES a node asks for, %D: how many nodes (the job's GPUs are both).
 SQUEUE_FORMAT = "%i|%T|%r|%S|%N|%j|%b|%D"
-SACCT_FIELDS = "JobIDRaw,State,ExitCode,Start,End,ElapsedRaw,NodeList,Reason,JobName,ReqTRES"
+# JobID, not JobIDRaw: a sweep's member is "87_3" (its raw id is another).
+SACCT_FIELDS = "JobID,State,ExitCode,Start,End,ElapsedRaw,NodeList,Reason,JobName,ReqTRES"
 
 LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
                "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}

@@ -281,14 +281,18 @@ def sbatch_directives(spec: JobSpec, site: SlurmSite) -> list[str]:
     if spec.after_jobs:
         # A copy that fails ends this job at once, never leaves it pending.
         lines += ["--dependency=afterok:" + ":".join(spec.after_jobs), "--kill-on-invalid-dep=yes"]
+    # A sweep: one job array, a member a run (see _member_block).
+    slurm_log = f"{spec.state_dir}/slurm-%a.log" if spec.array else f"{spec.state_dir}/slurm.log"
+    if spec.array:
+        lines.append(f"--array=0-{len(spec.array) - 1}")
     lines += [
         # Never the server's own folder: apptainer would mount the cwd.
         f"--chdir={spec.state_dir}",
         # Slurm's own lines (slurmstepd's "*** JOB 87 CANCELLED ... DUE TO
         # TIME LIMIT ***", srun's) go to a file for admins, never into the
         # run's log: each node writes the run's stdout and stderr itself.
-        f"--output={spec.state_dir}/slurm.log",
-        f"--error={spec.state_dir}/slurm.log",
+        f"--output={slurm_log}",
+        f"--error={slurm_log}",
         "--open-mode=append",
         # The server's own environment (its database URL, its keys) must not
         # reach a run: the script sets everything a run sees.
@@ -316,13 +320,29 @@ def _env_declaration(name: str, values: dict[str, str], what: str) -> str:
     return _array_declaration(name, [f"{k}={v}" for k, v in values.items()])
 
 
+def _run_values(name: str, state_dir: str, env: dict[str, str]) -> str:
+    """What differs between runs: its name, state folder and env. The run's
+    own values are declarations under fixed names, never exported as
+    themselves here (see LAUNCH)."""
+    return "export " + " ".join([
+        _assign("div_env_decl", _env_declaration("div_env", env, "env variable")),
+        _assign("DIV_RUN", name), _assign("div_state", state_dir)])
+
+
+def _member_block(spec: JobSpec) -> list[str]:
+    """A sweep's member takes its run's values by its array index; an index
+    with none (never submitted by us) ends at once."""
+    if not spec.array:
+        return [_run_values(spec.run_name, spec.state_dir, spec.env)]
+    cases = [f"{index}) {_run_values(m.run_name, m.state_dir, m.env)} ;;"
+             for index, m in enumerate(spec.array)]
+    return ['case "${SLURM_ARRAY_TASK_ID:-}" in', *cases, "*) exit 1 ;;", "esac"]
+
+
 def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
     return [
         "export " + _assign("PATH", site.path),
-        # The run's own values: declarations under fixed names, never exported
-        # as themselves here (see LAUNCH).
-        "export " + _assign("div_env_decl", _env_declaration("div_env", spec.env, "env variable")),
-        "export " + _assign("DIV_RUN", spec.run_name),
+        *_member_block(spec),
         "export " + _assign("DIV_PROJECT", spec.project),
         "export " + _assign("DIV_METRICS", METRICS_PATH),
         # The run's world, under the names torchrun (PET_*) and
@@ -335,7 +355,6 @@ def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
         "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 40000))",
         'export PET_MASTER_PORT="$MASTER_PORT"',
         'export DIV_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"',
-        "export " + _assign("div_state", spec.state_dir),
         "export " + _assign("div_volumes_dir", spec.volumes_dir),
         "export " + _assign("div_trees_dir", spec.trees_dir or ""),
         "export " + _assign("div_code", spec.code_dir or ""),

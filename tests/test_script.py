@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurm.client import _slurm_message
-from slurm.jobspec import GpuType, InvalidJobSpec, JobSpec, SlurmSite, default_catalog
+from slurm.jobspec import ArrayMember, GpuType, InvalidJobSpec, JobSpec, SlurmSite, default_catalog
 from slurm.script import render_batch_script, sbatch_directives
 from slurm.transport import CommandResult
 
@@ -34,6 +34,14 @@ def test_batch_script_matches_golden_file(runtime):
     site = SlurmSite(runtime=runtime, bind_paths=("/opt/conda",))
     script = render_batch_script(example_spec(), site)
     assert_golden(GOLDEN / f"batch-{runtime}.sh", script)
+
+
+def test_a_sweep_is_one_job_array_whose_members_take_their_values_by_index():
+    members = tuple(ArrayMember(f"sweep-k4t9-{i}", f"/srv/div/runs/acme/sweep-k4t9-{i}",
+                                {"LR": "3e-4", "SEED": seed}) for i, seed in enumerate(["1", "$(id)"]))
+    script = render_batch_script(example_spec(run_name="sweep-k4t9", state_dir=(
+        "/srv/div/sweeps/acme/sweep-k4t9"), array=members), SlurmSite(runtime="none"))
+    assert_golden(GOLDEN / "batch-sweep.sh", script)
 
 
 def assert_golden(golden: Path, text: str) -> None:

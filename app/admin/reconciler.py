@@ -17,8 +17,9 @@ from app.admin import admin_command
               help="Seconds between cycles (default: DIV_RECONCILE_INTERVAL, 1).")
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
 def reconcile(interval: float | None, once: bool) -> None:
-    """Follow Slurm and settle runs, until stopped."""
+    """Follow Slurm and settle runs, and send notifications, until stopped."""
     from app.reconciler import reconcile_alone, run_forever
+    from app.services.outbox import run_sender
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if once:
         changed = reconcile_alone()
@@ -32,7 +33,14 @@ def reconcile(interval: float | None, once: bool) -> None:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    run_forever(interval or current_app.config["DIV_RECONCILE_INTERVAL"], stop=stop)
+    # Notifications go out from a thread of their own: a receiver that
+    # hangs never holds up a cycle.
+    sender = run_sender(current_app._get_current_object(), stop)
+    try:
+        run_forever(interval or current_app.config["DIV_RECONCILE_INTERVAL"], stop=stop)
+    finally:
+        stop.set()
+        sender.join(timeout=15)
 
 
 commands = [reconcile]

@@ -2,4 +2,16 @@ from flask import Blueprint
 
 bp = Blueprint("api", __name__)
 
-from app.api import code, keys, routes, runs, schedules, secrets, storage, transfers, usage  # noqa: E402,F401
+from app.api import (  # noqa: E402,F401
+    code,
+    keys,
+    notify,
+    routes,
+    runs,
+    schedules,
+    secrets,
+    storage,
+    sweeps,
+    transfers,
+    usage,
+)

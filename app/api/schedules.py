@@ -34,7 +34,7 @@ def _schedule_body() -> dict:
 def schedules_check():
     """Whether POST /schedules would take this, before its code is uploaded."""
     body = _schedule_body()
-    check_schedule(g.user, body.get("cron"), body.get("run"), body.get("name"))
+    check_schedule(g.user, body.get("cron"), body.get("run"), body.get("name"), body.get("tz"))
     return jsonify(ok=True)
 
 
@@ -42,7 +42,8 @@ def schedules_check():
 @token_required
 def schedules_create():
     body = _schedule_body()
-    row = create_schedule(g.user, body.get("cron"), body.get("run"), body.get("name"))
+    row = create_schedule(g.user, body.get("cron"), body.get("run"), body.get("name"),
+                          body.get("tz"))
     return jsonify(schedule=schedule_json(row)), 201
 
 

@@ -6,13 +6,14 @@ from flask import flash, g, redirect, render_template, url_for
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
-from app.services.schedules import delete_schedule, schedules_of
+from app.services.schedules import delete_schedule, schedule_json, schedules_of
 
 
 @bp.get("/schedules")
 @login_required
 def schedules():
-    return render_template("schedules.html", schedules=schedules_of(g.user.org))
+    return render_template("schedules.html", schedules=[
+        (row, schedule_json(row)) for row in schedules_of(g.user.org)])
 
 
 @bp.post("/schedules/<name>/delete")

@@ -1,5 +1,5 @@
-"""Settings: the user's API keys (create, shown once; revoke) and the org's
-members."""
+"""Settings: the user's API keys (create, shown once; revoke), the org's
+notification channels with their last delivery and error, and its members."""
 from __future__ import annotations
 
 from flask import flash, g, redirect, render_template, request, url_for
@@ -8,12 +8,13 @@ from app.dashboard import bp
 from app.dashboard.auth import login_required
 from app.services.errors import NotFound
 from app.services.keys import create_key, keys_of, revoke_key
+from app.services.notify import channels_of
 from app.services.orgs import members_of
 
 
 def _settings_page(new_key: str | None = None):
     return render_template("settings.html", keys=keys_of(g.user), members=members_of(g.user.org_id),
-                           new_key=new_key)
+                           channels=channels_of(g.user.org), new_key=new_key)
 
 
 @bp.get("/settings")

@@ -1,13 +1,23 @@
 """Five-field cron expressions (minute hour day-of-month month day-of-week),
-as crontab(5) reads them, in UTC: `*`, numbers, ranges `a-b`, steps `*/n`
-and `a-b/n`, lists `a,b`, month and day names (jan, mon), 0 or 7 for
-Sunday; when both day fields are restricted, a day matching either runs.
+as crontab(5) reads them, in a time zone's wall-clock time (UTC unless
+told): `*`, numbers, ranges `a-b`, steps `*/n` and `a-b/n`, lists `a,b`,
+month and day names (jan, mon), 0 or 7 for Sunday; when both day fields are
+restricted, a day matching either runs.
+
+Across daylight-saving changes every matching wall-clock minute fires once:
+one the clocks skip (02:30 when they jump from 02:00 to 03:00) fires at the
+first minute that exists after it, and one they pass twice (02:30 when they
+fall back from 03:00 to 02:00) fires the first time only. croniter 7 fires
+the second case twice, which is why this parser stays.
 Pure: no I/O, no clock."""
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from app.services.errors import Invalid
 
@@ -50,9 +60,8 @@ class Cron:
             return in_month and in_week
         return in_month or in_week
 
-    def next_after(self, moment: datetime) -> datetime:
-        """The first minute strictly after `moment` that matches."""
-        start = moment.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    def _wall_clock_matches(self, start: datetime) -> Iterator[datetime]:
+        """Matching wall-clock minutes (naive) from `start` on, in order."""
         day = start.replace(hour=0, minute=0)
         for _ in range(SEARCH_DAYS):
             if self._day_matches(day):
@@ -60,9 +69,47 @@ class Cron:
                     for minute in sorted(self.minutes):
                         candidate = day.replace(hour=hour, minute=minute)
                         if candidate >= start:
-                            return candidate
+                            yield candidate
             day += timedelta(days=1)
+
+    def next_after(self, moment: datetime, zone: tzinfo = UTC) -> datetime:
+        """The first instant strictly after `moment` (aware) at which a
+        matching minute of `zone`'s wall clock fires, in UTC."""
+        local = moment.astimezone(zone).replace(tzinfo=None, second=0, microsecond=0)
+        for wall in self._wall_clock_matches(local):
+            instant = _instant(wall, zone)
+            if instant > moment:
+                return instant
         raise CronError(f"{self.text!r} never matches a real date")
+
+
+def _instant(wall: datetime, zone: tzinfo) -> datetime:
+    """When `zone`'s clocks show `wall` (the first time, if they show it
+    twice), in UTC; a time they skip is the first minute after it that they
+    show."""
+    while True:
+        instant = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+        if instant.astimezone(zone).replace(tzinfo=None) == wall:
+            return instant
+        wall += timedelta(minutes=1)
+
+
+def parse_zone(name: object) -> ZoneInfo:
+    """An IANA time zone name (Europe/Berlin), as zoneinfo knows it."""
+    if not isinstance(name, str) or name not in _zone_names():
+        raise Invalid(f"unknown time zone {name!r}: use an IANA name such as "
+                      "Europe/Berlin, America/New_York or UTC")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise Invalid(f"unknown time zone {name!r}") from exc
+
+
+@functools.cache
+def _zone_names() -> frozenset[str]:
+    """The names zoneinfo can load: checked first so that a user's string
+    never becomes a path ZoneInfo would open."""
+    return frozenset(available_timezones() | {"UTC"})
 
 
 def _value(token: str, low: int, names: tuple[str, ...], field: str) -> int:
@@ -108,3 +155,51 @@ def parse_cron(text: str) -> Cron:
                 days=frozenset(values[2]), months=frozenset(values[3]),
                 weekdays=frozenset(weekdays), any_day=parts[2].startswith("*"),
                 any_weekday=parts[4].startswith("*"))
+
+
+DAY_NAMES = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
+MONTH_NAMES = ("January", "February", "March", "April", "May", "June", "July", "August",
+               "September", "October", "November", "December")
+
+
+def _named(text: str, names: tuple[str, ...], short: tuple[str, ...], low: int) -> str:
+    """A day or month field in words: "mon-fri" is "Monday to Friday"."""
+    def one(token: str) -> str:
+        index = int(token) - low if token.isdigit() else short.index(token)
+        return names[index % len(names)]
+    words = []
+    for part in text.lower().split(","):
+        span, _, step = part.partition("/")
+        first, _, last = span.partition("-")
+        word = "every day" if first == "*" else one(first) + (f" to {one(last)}" if last else "")
+        words.append(word + (f" (every {step})" if step else ""))
+    return ", ".join(words)
+
+
+def _clock(hour: str, minute: str) -> str:
+    return f"{int(hour):02d}:{int(minute):02d}"
+
+
+def describe(cron: Cron) -> str:
+    """The expression in plain words: "at 03:00 every day", "every 15
+    minutes, Monday to Friday"; fields too involved for words are quoted."""
+    minute, hour, day, month, weekday = cron.text.split()
+    if minute.isdigit() and all(h.isdigit() for h in hour.split(",")):
+        when = "at " + " and ".join(_clock(h, minute) for h in hour.split(","))
+    elif minute.isdigit() and hour == "*":
+        when = f"at minute {int(minute)} of every hour"
+    elif minute == "*" and hour == "*":
+        when = "every minute"
+    elif minute.startswith("*/") and hour == "*":
+        when = f"every {minute[2:]} minutes"
+    else:
+        when = f"at minute {minute} of hour {hour}"
+    days = []
+    if day != "*":
+        days.append(f"on day {day} of the month")
+    if weekday != "*":
+        days.append("on " + _named(weekday, DAY_NAMES, DAYS, 0))
+    when += " " + (" or ".join(days) if days else "every day")
+    if month != "*":
+        when += " in " + _named(month, MONTH_NAMES, MONTHS, 1)
+    return when

@@ -28,6 +28,7 @@ from app.services.errors import (
     ServiceError,
     Unavailable,
 )
+from app.services.notify import enqueue_for
 from app.services.pricing import current_prices, micros, minutes_for, usd_text
 from app.services.rows import add_unique
 from app.services.run_text import waiting_text
@@ -44,7 +45,12 @@ from app.services.slurm_access import (
     slurm_client,
     slurm_site,
 )
-from app.services.submissions import adopt_job, record_job, settle_without_job
+from app.services.submissions import (
+    adopt_job,
+    record_job,
+    settle_never_started,
+    settle_without_job,
+)
 from app.services.transfers import S3Location, Transfer, parse_mount, run_fields
 from app.services.usage import minutes_left
 from app.services.volumes import ensure_volume, org_dir, run_dir, trees_dir, volumes_in_command
@@ -53,6 +59,7 @@ from slurm.jobspec import (
     DEFAULT_IMAGE,
     IMAGE_REF,
     RUN_NAME,
+    ArrayMember,
     GpuType,
     InvalidJobSpec,
     JobSpec,
@@ -278,13 +285,16 @@ def size_run(org: Org, req: RunRequest) -> Sizing:
                                                    partition_max_minutes(gpu.partition)))
 
 
-def _job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,
-                code_dir: str | None) -> str:
+def job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,
+               code_dir: str | None, state_dir: str | None = None,
+               array: tuple[ArrayMember, ...] = ()) -> str:
+    """The batch script of a run, or (with `array`) of a sweep's runs."""
     try:
         return render_batch_script(JobSpec(
             run_name=name, account=org.slurm_account, gpu_type=req.gpu, gpus=req.gpus,
             cpus=sizing.cpus, memory_gib=sizing.memory_gib, command=req.command,
-            state_dir=run_dir(org, name), volumes_dir=org_dir(org), project=req.project,
+            state_dir=state_dir or run_dir(org, name), volumes_dir=org_dir(org),
+            project=req.project, array=array,
             image=req.image, time_limit_minutes=sizing.minutes, env=req.env,
             code_dir=code_dir, trees_dir=trees_dir(org), has_secrets=bool(req.secrets),
             after_jobs=tuple(req.after_jobs)),
@@ -306,14 +316,14 @@ def check_run(user: User, req: RunRequest) -> None:
     if req.name is not None and db.session.execute(db.select(Run.id).filter_by(
             org_id=org.id, name=req.name)).first() is not None:
         raise Conflict(f"a run named {req.name} already exists")
-    script = _job_script(org, req.name or "run-check", req, sizing, None)
+    script = job_script(org, req.name or "run-check", req, sizing, None)
     try:
         ensure_org_account(org)
         slurm_client().test_submit(script)
     except SubmitRefused as exc:
         raise Refused(str(exc)) from None
     except SlurmError as exc:
-        raise _not_taken(exc) from None
+        raise not_taken(exc) from None
 
 
 def run_for_request_key(org_id: int, key: str | None) -> Run | None:
@@ -379,18 +389,14 @@ def _stopped_on_error(copies: list[Run]):
         raise
 
 
-def create_run(user: User, req: RunRequest, request_key: str | None = None) -> Run:
-    """The run is committed (with the job name it will have) before sbatch,
-    and its job id after: a server that dies in between leaves a run the
-    reconciler adopts by job name, or settles as failed when Slurm never got
-    it (app/services/submissions.py). The caller has looked for a run of
-    the same `request_key` first (run_for_request_key)."""
-    org = user.org
-    if user.removed_at is not None or org.removed_at is not None:
+def check_may_start(user: User) -> None:
+    if user.removed_at is not None or user.org.removed_at is not None:
         raise Forbidden(f"{user.username} was removed: no new runs")
-    if req.mounts and not req.copies:
-        return _create_with_mounts(user, req, request_key)
-    sizing = size_run(org, req)
+
+
+def prepare(org: Org, req: RunRequest) -> tuple[str | None, dict[str, str], int]:
+    """What a run's job needs before it is on record: its code's folder, its
+    volumes made, its secrets' values, its project and the org's account."""
     code_dir = req.tool_dir
     if req.code_ref:
         code_dir = stored_tree(org, req.code_ref)
@@ -401,24 +407,47 @@ def create_run(user: User, req: RunRequest, request_key: str | None = None) -> R
     secret_values = values_for_run(org, req.secrets)
     project_id = _project(org, req.project).id
     ensure_org_account(org)   # before the run is on record: its grace is for sbatch alone
+    return code_dir, secret_values, project_id
 
-    run = Run(org_id=org.id, project_id=project_id, user_id=user.id,
-              status="queued", gpu_type=req.gpu, gpus=req.gpus, cpus=sizing.cpus,
-              memory_gib=sizing.memory_gib, image=req.image, command=req.command,
-              env=req.env, code_ref=req.code_ref, telemetry=req.telemetry,
-              rate_micros_per_hour=sizing.rate, max_spend_micros=req.max_spend_micros,
-              time_limit_minutes=sizing.minutes, time_limit_by=sizing.limited_by,
-              secret_names=req.secrets, request_key=request_key,
-              secrets_sealed=seal(json.dumps(secret_values)) if secret_values else None,
-              checks=[{"check": c, "verdict": None, "value": None} for c in req.checks],
-              mounts=[{"url": location.url, "path": f"/mnt/{volume}", "copy": copy}
-                      for (location, volume), copy in zip(req.mounts, req.copies, strict=True)])
+
+def new_run(user: User, req: RunRequest, sizing: Sizing, project_id: int,
+            secret_values: dict[str, str], request_key: str | None = None, **fields) -> Run:
+    """The run's row, queued and not yet added."""
+    return Run(org_id=user.org_id, project_id=project_id, user_id=user.id,
+               status="queued", gpu_type=req.gpu, gpus=req.gpus, cpus=sizing.cpus,
+               memory_gib=sizing.memory_gib, image=req.image, command=req.command,
+               env=req.env, code_ref=req.code_ref, telemetry=req.telemetry,
+               rate_micros_per_hour=sizing.rate, max_spend_micros=req.max_spend_micros,
+               time_limit_minutes=sizing.minutes, time_limit_by=sizing.limited_by,
+               secret_names=req.secrets, request_key=request_key,
+               secrets_sealed=seal(json.dumps(secret_values)) if secret_values else None,
+               checks=[{"check": c, "verdict": None, "value": None} for c in req.checks],
+               mounts=[], **fields)
+
+
+def create_run(user: User, req: RunRequest, request_key: str | None = None,
+               schedule_name: str | None = None) -> Run:
+    """The run is committed (with the job name it will have) before sbatch,
+    and its job id after: a server that dies in between leaves a run the
+    reconciler adopts by job name, or settles as failed when Slurm never got
+    it (app/services/submissions.py). The caller has looked for a run of
+    the same `request_key` first (run_for_request_key)."""
+    org = user.org
+    check_may_start(user)
+    if req.mounts and not req.copies:
+        return _create_with_mounts(user, req, request_key)
+    sizing = size_run(org, req)
+    code_dir, secret_values, project_id = prepare(org, req)
+    run = new_run(user, req, sizing, project_id, secret_values, request_key,
+                  schedule_name=schedule_name)
+    run.mounts = [{"url": location.url, "path": f"/mnt/{volume}", "copy": copy}
+                  for (location, volume), copy in zip(req.mounts, req.copies, strict=True)]
     made = _insert_with_name(run, req.name)
     if made is not None:
         return made
     state = run_dir(org, run.name)
     try:
-        script = _job_script(org, run.name, req, sizing, code_dir)
+        script = job_script(org, run.name, req, sizing, code_dir)
     except Invalid:
         _forget(run, state)
         raise
@@ -450,7 +479,7 @@ def _submit(run: Run, org: Org, state: str, script: str) -> str:
         raise Refused(str(exc)) from None
     except SubmitNotReceived as exc:
         _forget(run, state)
-        raise _not_taken(exc) from None
+        raise not_taken(exc) from None
     except SlurmError as exc:
         # sbatch may have reached the controller: the run stays, and the
         # reconciler adopts its job or settles it as never submitted.
@@ -464,7 +493,7 @@ class SubmitUnsure(Unavailable):
     reconciler adopts its job or settles it."""
 
 
-def _not_taken(exc: SlurmError) -> Unavailable:
+def not_taken(exc: SlurmError) -> Unavailable:
     return Unavailable(f"Slurm did not take the run: {exc}; nothing was started, try again")
 
 
@@ -506,6 +535,10 @@ def stop_run(run: Run) -> bool:
             if run.slurm_job_id is None:   # reread: the reconciler ended it meanwhile
                 return False
         slurm_client().cancel(run.slurm_job_id)
+        if run.sweep_id and run.started_at is None and \
+                run.slurm_job_id not in slurm_client().query([run.slurm_job_id]):
+            settle_never_started(run, "canceled")    # Slurm dropped the waiting member
+            enqueue_for(run)
     except SlurmError as exc:
         raise Unavailable(f"Slurm did not cancel the run: {exc}") from None
     db.session.commit()
@@ -541,6 +574,9 @@ def run_json(run: Run) -> dict:
         "metrics_malformed": run.metrics_malformed or 0, "checks": run.checks or [],
         "slurm_job_id": run.slurm_job_id, "restarts": run.restarts or 0,
         "mounts": run.mounts or [],
+        "sweep": run.sweep.name if run.sweep_id else None,
+        "sweep_index": run.sweep_index, "sweep_values": run.sweep_values,
+        "schedule": run.schedule_name,
     }
 
 

@@ -1,5 +1,6 @@
-"""Schedules: a run the reconciler starts at the times of a cron expression
-(UTC), so a team's nightly evaluation needs no crontab on a laptop. The run
+"""Schedules: a run (or a sweep) the reconciler starts at the times of a
+cron expression, read in the schedule's time zone (UTC unless told), so a
+team's nightly evaluation needs no crontab on a laptop. The run
 is the request `div run` would send, checked when the schedule is made; its
 code is the tree uploaded then. Each firing moves `next_at` on before it
 submits, so a reconciler that dies mid-way skips a run rather than start
@@ -11,29 +12,32 @@ import secrets
 from datetime import datetime
 
 from app.extensions import db
-from app.models import Org, Schedule, User, iso_utc, utcnow
-from app.services.cron import parse_cron
+from app.models import Org, Run, Schedule, Sweep, User, iso_utc, utcnow
+from app.services.cron import describe, parse_cron, parse_zone
 from app.services.errors import Conflict, Invalid, ServiceError
 from app.services.orgs import all_named, find_named
 from app.services.runs import check_run, create_run, parse_request
+from app.services.sweeps import check_sweep, create_sweep
 from slurm.jobspec import RUN_NAME
 
 log = logging.getLogger("divergent.schedules")
 
 
-def _cron(text: object):
+def _cron(text: object, tz: str):
     """The schedule's cron and its first time; a cron that never matches a
     real date ("0 0 31 2 *") is refused with the rest."""
     cron = parse_cron(text)
-    return cron, cron.next_after(utcnow())
+    return cron, cron.next_after(utcnow(), parse_zone(tz))
 
 
 def check_schedule(user: User, cron_text: object, run_request: object,
-                   name: object = None) -> tuple[str, datetime, str]:
+                   name: object = None, tz: object = None) -> tuple[str, datetime, str, str]:
     """What creating the schedule would refuse, asked before `div schedule
-    create` uploads anything: its cron, its name and its run (as `div run`
-    would be checked). Returns the cron, its next time and the name."""
-    cron, next_at = _cron(cron_text)
+    create` uploads anything: its cron and time zone, its name and its run
+    or sweep (as `div run` would be checked). Returns the cron, its next
+    time, the name and the time zone."""
+    tz = "UTC" if tz is None else tz
+    cron, next_at = _cron(cron_text, tz)
     req = parse_request(run_request)
     if req.name is not None:
         raise Invalid("a schedule's runs get names of their own: leave out --name")
@@ -42,14 +46,18 @@ def check_schedule(user: User, cron_text: object, run_request: object,
     name = name or f"sched-{secrets.token_hex(3)}"
     if _find(user.org, name, missing_ok=True) is not None:
         raise Conflict(f"a schedule named {name} already exists")
-    check_run(user, req)      # a secret it names must exist now, its GPUs fit, ...
-    return cron.text, next_at, name
+    # A secret it names must exist now, its GPUs fit, a sweep's size too, ...
+    if run_request.get("sweep") is not None:
+        check_sweep(user, req, run_request["sweep"])
+    else:
+        check_run(user, req)
+    return cron.text, next_at, name, tz
 
 
 def create_schedule(user: User, cron_text: object, run_request: object,
-                    name: str | None = None) -> Schedule:
-    cron, next_at, name = check_schedule(user, cron_text, run_request, name)
-    row = Schedule(org_id=user.org_id, user=user, name=name, cron=cron,
+                    name: str | None = None, tz: object = None) -> Schedule:
+    cron, next_at, name, tz = check_schedule(user, cron_text, run_request, name, tz)
+    row = Schedule(org_id=user.org_id, user=user, name=name, cron=cron, tz=tz,
                    request=run_request, next_at=next_at)
     db.session.add(row)
     db.session.commit()
@@ -70,11 +78,25 @@ def delete_schedule(org: Org, name: str) -> None:
 
 
 def schedule_json(row: Schedule) -> dict:
-    return {"name": row.name, "cron": row.cron, "command": row.request.get("command"),
+    zone = parse_zone(row.tz)
+    next_local = row.next_at.astimezone(zone)
+    return {"name": row.name, "cron": row.cron, "tz": row.tz,
+            "when": f"{describe(parse_cron(row.cron))}, {row.tz}",
+            "next_local": f"{next_local:%Y-%m-%d %H:%M} {next_local.tzname()}",
+            "sweep": row.request.get("sweep"), "command": row.request.get("command"),
             "project": row.request.get("project"), "gpu": row.request.get("gpu"),
             "created_by": row.user.username, "next_at": iso_utc(row.next_at),
             "last_at": iso_utc(row.last_at), "last_run": row.last_run_name,
             "last_error": row.last_error}
+
+
+def _start(row: Schedule) -> Run | Sweep:
+    """The schedule's run, or its sweep; either carries the schedule's name
+    (its notifications apply to them)."""
+    req = parse_request(row.request)
+    if row.request.get("sweep") is not None:
+        return create_sweep(row.user, req, row.request["sweep"], schedule_name=row.name)
+    return create_run(row.user, req, schedule_name=row.name)
 
 
 def fire_due(now: datetime | None = None) -> int:
@@ -85,10 +107,11 @@ def fire_due(now: datetime | None = None) -> int:
                                   .order_by(Schedule.next_at)).scalars())
     for row in due:
         schedule_id = row.id
-        row.next_at, row.last_at = parse_cron(row.cron).next_after(now), now
+        row.next_at = parse_cron(row.cron).next_after(now, parse_zone(row.tz))
+        row.last_at = now
         db.session.commit()
         try:
-            run = create_run(row.user, parse_request(row.request))
+            run = _start(row)
         except Exception as exc:   # one schedule's failure never stops the others'
             db.session.rollback()
             row = db.session.get(Schedule, schedule_id)

@@ -14,6 +14,7 @@ from flask import current_app
 
 from app.extensions import db
 from app.models import Org, Run, utcnow
+from app.services.notify import enqueue_for
 from app.services.secrets import remove_secrets_file
 from app.services.slurm_access import slurm_client
 from app.services.volumes import run_dir
@@ -30,25 +31,37 @@ NOT_SUBMITTED = "NOT_SUBMITTED"
 log = logging.getLogger("divergent.reconciler")
 
 
+def expected_job_name(run: Run) -> str:
+    """The name of a run's job: its own, or its sweep's array's."""
+    return job_name(run.sweep.name if run.sweep_id else run.name)
+
+
+def _member_job(run: Run, job_id: str) -> str:
+    """A sweep member's job is its task of the array: "87_3"."""
+    return f"{job_id}_{run.sweep_index}" if run.sweep_id else job_id
+
+
 def _jobs_of(org: Org, runs: list[Run]) -> tuple[dict[str, str], bool]:
     """Job ids by job name for runs of one org, from Slurm, and whether the
     answer is complete: jobs submitted since the oldest was recorded (less
     CLOCK_SLACK), so an older job of the same name (a reinstalled server's)
     is never taken."""
     oldest = min(run.created_at for run in runs)
-    return slurm_client().jobs_named([job_name(run.name) for run in runs], org.slurm_account,
+    return slurm_client().jobs_named(sorted({expected_job_name(run) for run in runs}),
+                                     org.slurm_account,
                                      int(oldest.timestamp()) - CLOCK_SLACK)
 
 
 def adopt_job(run: Run) -> bool:
     """Gives a run without a job id the job Slurm has for it, if any."""
     found, _ = _jobs_of(db.session.get(Org, run.org_id), [run])
-    if job_name(run.name) in found:
-        _adopt(run, found[job_name(run.name)])
+    if expected_job_name(run) in found:
+        _adopt(run, found[expected_job_name(run)])
     return run.slurm_job_id is not None
 
 
 def _adopt(run: Run, job_id: str) -> None:
+    job_id = _member_job(run, job_id)
     if record_job(run, job_id):
         log.info("%s: adopted job %s, which its submit had not recorded", run.name, job_id)
 
@@ -89,6 +102,27 @@ def settle_without_job(run: Run, status: str) -> bool:
     return bool(ended)
 
 
+# Longer than a just-submitted array takes to show in squeue.
+DROPPED_AFTER = timedelta(seconds=30)
+
+
+def dropped_while_waiting(run: Run) -> bool:
+    """Whether a sweep's member that neither squeue nor sacct knows was
+    dropped by Slurm: canceled before it started, its record is gone (a
+    waiting array task is no job of its own until it starts)."""
+    return (run.sweep_id is not None and run.started_at is None
+            and run.created_at <= utcnow() - DROPPED_AFTER)
+
+
+def settle_never_started(run: Run, status: str) -> None:
+    """Ends a run whose job Slurm dropped before it ever started (a sweep's
+    waiting member, canceled: Slurm keeps no record of it); not billed."""
+    run.status, run.ended_at, run.elapsed_seconds = status, utcnow(), 0
+    run.cost_micros, run.pending_reason = 0, None
+    if run.secrets_sealed:
+        remove_secrets_file(run_dir(db.session.get(Org, run.org_id), run.name))
+
+
 def settle_unsubmitted() -> int:
     """The reconciler's part: every queued run without a job id past
     ADOPT_AFTER gets its job, or past DIV_SUBMIT_GRACE seconds is failed.
@@ -110,13 +144,15 @@ def settle_unsubmitted() -> int:
             log.warning("could not look for the jobs of %s's runs: %s", org.name, exc)
             continue
         for run in runs:
-            if job_name(run.name) in found:
-                _adopt(run, found[job_name(run.name)])
+            if expected_job_name(run) in found:
+                _adopt(run, found[expected_job_name(run)])
             elif complete and run.created_at <= now - grace:
                 log.warning("%s: Slurm never got it (the server stopped while submitting?); "
                             "it is failed", run.name)
                 if not settle_without_job(run, "failed"):
                     continue
+                enqueue_for(run)
+                db.session.commit()
             else:
                 continue
             changed += 1

@@ -19,8 +19,7 @@
 
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-export div_env_decl='div_env=(LR=3e-4)'
-export DIV_RUN=run-k4t9
+export div_env_decl='div_env=(LR=3e-4)' DIV_RUN=run-k4t9 div_state=/srv/div/runs/acme/run-k4t9
 export DIV_PROJECT=classifier
 export DIV_METRICS=/div/metrics.jsonl
 export NNODES="$SLURM_JOB_NUM_NODES" PET_NNODES="$SLURM_JOB_NUM_NODES" WORLD_SIZE="$SLURM_JOB_NUM_NODES"
@@ -29,7 +28,6 @@ export PET_MASTER_ADDR="$MASTER_ADDR"
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 40000))
 export PET_MASTER_PORT="$MASTER_PORT"
 export DIV_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"
-export div_state=/srv/div/runs/acme/run-k4t9
 export div_volumes_dir=/srv/div/share/acme
 export div_trees_dir=/srv/div/trees/acme
 export div_code=/srv/div/trees/acme/classifier-code/9f31c2ab

@@ -1,0 +1,94 @@
+"""The sender: delivers the outbox's due messages beside the reconciler, in
+a thread of its own, so a slow or dead receiver never holds up a cycle. A
+message is claimed with one UPDATE before it is sent, so two senders (a
+reconciler and its standby) never send it twice; a failed delivery is tried
+again after 1, 2, 4, ... times DIV_NOTIFY_RETRY_SECONDS, up to
+DIV_NOTIFY_MAX_ATTEMPTS tries, and its error is kept on the channel."""
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+import sqlalchemy as sa
+from flask import current_app
+
+from app.extensions import db
+from app.models import Notification, NotifyChannel, utcnow
+from app.services.delivery import NotDelivered, send_email, send_webhook
+
+log = logging.getLogger("divergent.outbox")
+# Longer than any one delivery takes (two 10 s timeouts and then some).
+CLAIM = timedelta(seconds=60)
+# Messages a pass takes: the rest wait for the next pass.
+BATCH = 50
+
+
+def _claim(row_id: int) -> bool:
+    now = utcnow()
+    taken = db.session.execute(sa.update(Notification).where(
+        Notification.id == row_id, Notification.status == "pending",
+        sa.or_(Notification.claimed_until.is_(None), Notification.claimed_until < now)
+    ).values(claimed_until=now + CLAIM)).rowcount
+    db.session.commit()
+    return bool(taken)
+
+
+def _deliver(row: Notification) -> None:
+    channel = row.channel
+    if channel.kind == "webhook":
+        send_webhook(channel.target, row.body)
+    else:
+        send_email(channel.target, row.text.split(";", 1)[0], row.text)
+
+
+def send_due() -> int:
+    """One pass over the due messages; how many were delivered."""
+    config = current_app.config
+    due = list(db.session.execute(db.select(Notification.id).where(
+        Notification.status == "pending", Notification.next_attempt_at <= utcnow()
+    ).order_by(Notification.next_attempt_at).limit(BATCH)).scalars())
+    sent = 0
+    for row_id in due:
+        if not _claim(row_id):
+            continue
+        row = db.session.get(Notification, row_id)
+        channel = db.session.get(NotifyChannel, row.channel_id)
+        row.attempts += 1
+        try:
+            _deliver(row)
+        except NotDelivered as exc:
+            error = str(exc)[:500]
+            row.last_error, channel.last_error, channel.last_error_at = error, error, utcnow()
+            if row.attempts >= config["DIV_NOTIFY_MAX_ATTEMPTS"]:
+                row.status = "failed"
+            else:
+                row.next_attempt_at = utcnow() + timedelta(
+                    seconds=config["DIV_NOTIFY_RETRY_SECONDS"] * 2 ** (row.attempts - 1))
+            log.warning("notification %d to channel %d: attempt %d failed: %s",
+                        row.id, channel.id, row.attempts, error)
+        else:
+            row.status, row.sent_at = "sent", utcnow()
+            channel.last_delivery_at = row.sent_at
+            sent += 1
+        row.claimed_until = None
+        db.session.commit()
+    return sent
+
+
+def run_sender(app, stop: threading.Event, every: float = 1.0) -> threading.Thread:
+    """Starts the sender's thread: a pass every `every` seconds until `stop`."""
+    def loop():
+        with app.app_context():
+            while not stop.is_set():
+                try:
+                    send_due()
+                except Exception:   # the database gone, say: the next pass tries again
+                    db.session.rollback()
+                    log.exception("the sender's pass failed")
+                finally:
+                    db.session.remove()
+                stop.wait(every)
+    thread = threading.Thread(target=loop, name="notification-sender", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,197 @@
+#!/bin/bash
+# divergent run sweep-k4t9: rendered by slurm/script.py, safe to regenerate.
+#SBATCH --job-name=div-sweep-k4t9
+#SBATCH --account=acme
+#SBATCH --partition=h100
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gres=gpu:h100:1
+#SBATCH --cpus-per-task=8
+#SBATCH --mem=64G
+#SBATCH --time=62
+#SBATCH --array=0-1
+#SBATCH --chdir=/srv/div/sweeps/acme/sweep-k4t9
+#SBATCH --output=/srv/div/sweeps/acme/sweep-k4t9/slurm-%a.log
+#SBATCH --error=/srv/div/sweeps/acme/sweep-k4t9/slurm-%a.log
+#SBATCH --open-mode=append
+#SBATCH --export=NONE
+#SBATCH --requeue
+#SBATCH --signal=USR1@45
+
+set -u
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+case "${SLURM_ARRAY_TASK_ID:-}" in
+0) export div_env_decl='div_env=(LR=3e-4 SEED=1)' DIV_RUN=sweep-k4t9-0 div_state=/srv/div/runs/acme/sweep-k4t9-0 ;;
+1) export div_env_decl='div_env=(LR=3e-4 '"'"'SEED=$(id)'"'"')' DIV_RUN=sweep-k4t9-1 div_state=/srv/div/runs/acme/sweep-k4t9-1 ;;
+*) exit 1 ;;
+esac
+export DIV_PROJECT=classifier
+export DIV_METRICS=/div/metrics.jsonl
+export NNODES="$SLURM_JOB_NUM_NODES" PET_NNODES="$SLURM_JOB_NUM_NODES" WORLD_SIZE="$SLURM_JOB_NUM_NODES"
+export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+export PET_MASTER_ADDR="$MASTER_ADDR"
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 40000))
+export PET_MASTER_PORT="$MASTER_PORT"
+export DIV_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"
+export div_volumes_dir=/srv/div/share/acme
+export div_trees_dir=/srv/div/trees/acme
+export div_code=/srv/div/trees/acme/classifier-code/9f31c2ab
+export div_command='python -u -c '"'"'from train import run; run()'"'"''
+export div_image=pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime
+export div_scratch_root=/tmp
+export div_gpus=yes
+export div_launch='trap "" USR1; eval "$div_env_decl"; eval "$div_secrets_decl"; for div_kv in "${div_env[@]}" "${div_secrets[@]}"; do export -- "$div_kv"; done; _div_command=$div_command; unset -v "${!div_@}"; exec /bin/bash -c "$_div_command"'
+export div_python_env='if (cd / && python3 -I -m venv --system-site-packages --without-pip \
+        /div/python) 2>/dev/null; then
+    for div_pip in pip pip3; do
+        printf '"'"'#!/bin/sh\nexec /div/python/bin/python -m pip "$@"\n'"'"' >/div/python/bin/$div_pip
+        chmod +x /div/python/bin/$div_pip
+    done
+    export VIRTUAL_ENV=/div/python PATH="/div/python/bin:$PATH"
+fi'
+export div_bind_paths_decl='div_bind_paths=()'
+div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e \
+    2>/dev/null)
+[[ $div_end =~ ^[0-9]+$ ]] && export DIV_DEADLINE=$div_end
+if [ "$DIV_RESTART_COUNT" -gt 3 ]; then
+    echo "divergent: $DIV_RUN gives up: its nodes failed $DIV_RESTART_COUNT times" >>"$div_state/stderr"
+    exit 1
+elif [ "$DIV_RESTART_COUNT" -gt 0 ]; then
+    echo "divergent: $DIV_RUN restarted after a node failure:" \
+        "attempt $((DIV_RESTART_COUNT + 1)) of at most 4, on $SLURM_JOB_NODELIST" \
+        >>"$div_state/stderr"
+fi
+export div_secrets_decl=
+: >>"$div_state/metrics.jsonl"
+
+div_node() {
+    # The run's own output goes straight to its files, so that srun's own
+    # messages ("task 0: Exited with exit code 3") never mix into the log.
+    exec >>"$div_state/stdout" 2>>"$div_state/stderr"
+    eval "$div_bind_paths_decl"
+    # One process a node: torch.distributed's env:// and torchrun (PET_*)
+    # read the node's place in the run from these.
+    export NODE_RANK=$SLURM_NODEID PET_NODE_RANK=$SLURM_NODEID RANK=$SLURM_NODEID
+    # Slurm's warning (--signal) comes to this shell alone, Slurm's task:
+    # div_warn passes it on to every process of the run.
+    div_warned=0
+    trap 'div_warned=1; div_warn' USR1
+    scratch=$(mktemp -d "$div_scratch_root/div-$DIV_RUN.XXXXXX") || exit 1
+    trap div_cleanup EXIT
+    trap 'exit 143' TERM INT
+    mkdir -p "$scratch/workspace" "$scratch/mnt"
+    if [ -n "$div_code" ]; then
+        cp -a "$div_code/." "$scratch/workspace/" || exit 1
+    fi
+    volumes=()
+    local dir name
+    for dir in "$div_volumes_dir"/*/; do
+        name=$(basename "$dir")
+        [[ -d $dir && $name =~ ^[a-z0-9_-][a-z0-9._-]{0,62}$ ]] && volumes+=("$name")
+    done
+    # In the background, with the warning ignored (bwrap, apptainer and the
+    # run's processes inherit that), so that `wait` gives way to div_warn.
+    (trap '' USR1; div_exec) &
+    div_child=$!
+    local rc
+    while :; do
+        wait "$div_child"
+        rc=$?
+        # The warning ended the wait, not the child: wait again.
+        [ "$div_warned" = 1 ] || break
+        div_warned=0
+    done
+    # Per attempt: one on a node Slurm gave up on may still write.
+    echo "$rc" >"$div_state/exit.$DIV_RESTART_COUNT.$SLURM_NODEID"
+    # The first rank to fail gives the run its exit code: the others may
+    # fail because it did. Made once (noclobber opens with O_EXCL).
+    [ "$rc" = 0 ] || (set -C; echo "$rc" >"$div_state/exit.$DIV_RESTART_COUNT.first") 2>/dev/null
+    exit "$rc"
+}
+
+# Every process under the runtime's (div_child), found in one pass over one
+# ps, so that the time between reading pids and signalling them stays short
+# however many processes the run makes (the same window Slurm's own
+# proctrack has): ours ignore the warning, and so does each of the run's
+# that has not asked for it (see LAUNCH).
+div_warn() {
+    [ -n "${div_child:-}" ] || return 0
+    { kill -USR1 $(ps -e -o pid=,ppid= | awk -v root="$div_child" '
+        { kids[$2] = kids[$2] " " $1 }
+        END { queue = root
+              while (queue != "") {
+                  n = split(queue, now, " "); queue = ""
+                  for (i = 1; i <= n; i++) if (!(now[i] in seen)) {
+                      seen[now[i]]; print now[i]; queue = queue kids[now[i]] }
+              } }'); } 2>/dev/null
+}
+
+# Stored trees are bound over the volume's own code/ folder, when that is a
+# folder: a file or link a member put there fails no run (the link would
+# lead only within the sandbox anyway).
+div_has_trees() {
+    [ -n "$div_trees_dir" ] && [ -d "$div_trees_dir/$1" ] &&
+        [ -d "$div_volumes_dir/$1/code" ] && [ ! -L "$div_volumes_dir/$1/code" ]
+}
+
+div_is_volume() {
+    local v
+    for v in "${volumes[@]}"; do [ "$v" = "$1" ] && return 0; done
+    return 1
+}
+
+div_cleanup() {
+    local entry name totals
+    for entry in "$scratch"/mnt/* "$scratch"/mnt/.[!.]*; do
+        [ -e "$entry" ] || continue
+        name=$(basename "$entry")
+        div_is_volume "$name" && continue
+        totals=$(find "$entry" -type f -printf '%s\n' | awk '{n++; s+=$1} END {print n+0, s+0}')
+        [ "${totals% *}" -gt 0 ] || continue
+        # Decimal units, as the upload line writes them: 1.6 KB, never 0.0 MB.
+        awk -v b="${totals#* }" -v n="$name" 'BEGIN {
+            split("KB MB GB TB", units); size = b "";
+            if (b >= 1000) { for (i = 1; b >= 1000 && i <= 4; i++) { b /= 1000; u = units[i] }
+                             size = sprintf("%.1f %s", b, u) } else size = b " B";
+            printf "%s written to /mnt/%s was lost: it is not a volume\n", size, n }' >&2
+    done
+    rm -rf "$scratch"
+}
+
+div_exec() {
+    local args=(--die-with-parent --unshare-user --unshare-pid --unshare-ipc --cap-drop ALL
+        --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib
+        --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin
+        --proc /proc --dev /dev --tmpfs /tmp
+        --bind "$scratch/mnt" /mnt --bind "$scratch/workspace" /workspace
+        --bind "$div_state/metrics.jsonl" "$DIV_METRICS"
+        --bind "$scratch/python" /div/python
+        --setenv HOME /workspace --chdir /workspace)
+    local etc
+    for etc in passwd group nsswitch.conf hosts hostname resolv.conf host.conf gai.conf \
+        services protocols localtime timezone ssl ca-certificates pki ld.so.cache \
+        ld.so.conf ld.so.conf.d alternatives os-release mime.types /etc/python3*; do
+        args+=(--ro-bind-try "/etc/${etc#/etc/}" "/etc/${etc#/etc/}")
+    done
+    local p v
+    for p in "${div_bind_paths[@]}"; do args+=(--ro-bind "$p" "$p"); done
+    for p in /dev/nvidia* /dev/dri; do [ -e "$p" ] && args+=(--dev-bind "$p" "$p"); done
+    for v in "${volumes[@]}"; do
+        args+=(--bind "$div_volumes_dir/$v" "/mnt/$v")
+        div_has_trees "$v" && args+=(--ro-bind "$div_trees_dir/$v" "/mnt/$v/code")
+    done
+    mkdir -p "$scratch/python"
+    bwrap "${args[@]}" /bin/bash -c "$div_python_env
+$div_launch"
+}
+
+srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
+    /bin/bash -c "$(declare -f div_node div_warn div_has_trees div_is_volume div_cleanup \
+        div_exec); div_node" \
+    >>"$div_state/slurm.log" 2>&1
+rc=$?
+first=$(cat "$div_state/exit.$DIV_RESTART_COUNT.first" 2>/dev/null)
+[ -n "$first" ] && exit "$first"
+rank0=$(cat "$div_state/exit.$DIV_RESTART_COUNT.0" 2>/dev/null || echo "$rc")
+[ "$rank0" != 0 ] && exit "$rank0"
+exit "$rc"
