@@ -17,7 +17,8 @@ from cli.output import dollars, duration, exit_code_for, print_json, started, ta
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
 @pass_api
 def ls(api, project: str | None, limit: int, as_json: bool) -> None:
-    """List recent runs: name, project, status, GPUs, started, duration, cost."""
+    """List recent runs: name, project, status, GPUs, started, duration, cost,
+    and the sweep (with its values) a run is a member of."""
     params = {"limit": limit, **({"project": project} if project else {})}
     runs = api.get("/runs", params)["runs"]
     if as_json:
@@ -25,9 +26,17 @@ def ls(api, project: str | None, limit: int, as_json: bool) -> None:
         return
     rows = [[r["name"], r["project"], r["status"],
              "cpu" if r["gpu"] == "cpu" else f"{r['gpus']} x {r['gpu']}",
-             started(r["started_at"]), duration(r["duration"]), dollars(r["cost"])]
-            for r in runs]
-    table(["NAME", "PROJECT", "STATUS", "GPUS", "STARTED", "DURATION", "COST"], rows)
+             started(r["started_at"]), duration(r["duration"]), dollars(r["cost"]),
+             _sweep_cell(r)] for r in runs]
+    table(["NAME", "PROJECT", "STATUS", "GPUS", "STARTED", "DURATION", "COST", "SWEEP"], rows)
+
+
+def _sweep_cell(run: dict) -> str:
+    """A sweep's member: its sweep and values (`div sweep NAME` shows them all)."""
+    if not run.get("sweep"):
+        return "-"
+    values = " ".join(f"{k}={v}" for k, v in (run["sweep_values"] or {}).items())
+    return f"{run['sweep']} {values}"
 
 
 @click.command("logs")

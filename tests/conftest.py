@@ -138,9 +138,17 @@ def stack(slurm_cluster):
     """The API server and reconciler on a fresh PostgreSQL database, with two
     orgs (e2e and other), each with a key."""
     from tests.stack import start_stack, stop_stack
-    running = start_stack(free_port(), POSTGRES_URL)
+    running = start_stack(free_port(), POSTGRES_URL, settings=notification_settings())
     yield running
     stop_stack(running)
+
+
+def notification_settings() -> dict[str, str]:
+    """The stack's SMTP server is one a test starts on 127.0.0.1 at this
+    port (aiosmtpd); webhooks may reach 127.0.0.1, where the tests'
+    receivers listen; a failed delivery is tried again after 1, 2, 4 s."""
+    return {"DIV_SMTP_HOST": "127.0.0.1", "DIV_SMTP_PORT": str(free_port()),
+            "DIV_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8", "DIV_NOTIFY_RETRY_SECONDS": "1"}
 
 
 S3_ORG = "s3org"

@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import requests
 
 from app.services.code import FileEntry, tree_hash
@@ -467,3 +468,29 @@ def test_an_s3_transfer_runs_no_value_it_is_given_and_writes_through_no_link(sta
         stack.div("secrets", "set", name, cwd=project, org="s3thief", input=s3_server[name].encode())
     stolen = stack.div("storage", "export", "atk", f"s3://{bucket}/stolen", cwd=project, org="s3thief")
     assert (stolen.returncode, stolen.stderr.decode()) == (2, "no volume named 'atk'\n")
+
+
+def test_a_webhook_cannot_reach_the_server_or_the_cluster(app_context, app):
+    """A member's webhook is the server's own request: a name that resolves
+    to the server's host, or an address of the cluster's network, reaches
+    nothing (only the networks a site allows, DIV_WEBHOOK_ALLOWED_NETWORKS)."""
+    from app.services.delivery import NotDelivered, send_webhook
+    from app.services.errors import Invalid
+    from app.services.notify import add_channel
+    from app.services.orgs import get_or_create_org, get_or_create_user
+    from tests.receivers import Webhook
+    app.config["DIV_WEBHOOK_ALLOWED_NETWORKS"] = ""
+    user = get_or_create_user(get_or_create_org("attacker-org"), "mallory")
+    for url in ("http://10.77.0.1:6817/", "http://127.0.0.1:8000/api/v1/runs",
+                "http://[::ffff:127.0.0.1]/", "http://169.254.169.254/latest/meta-data/"):
+        with pytest.raises(Invalid, match="not a public address"):
+            add_channel(user, webhook=url)
+    receiver = Webhook()
+    try:
+        url = receiver.url.replace("127.0.0.1", "localhost")
+        add_channel(user, webhook=url)        # a name: checked as it is delivered
+        with pytest.raises(NotDelivered, match="which webhooks may not reach"):
+            send_webhook(url, {"text": "x"})
+        assert receiver.tries == []
+    finally:
+        receiver.close()

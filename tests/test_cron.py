@@ -1,11 +1,13 @@
-"""Cron expressions as crontab(5) reads them, in UTC."""
+"""Cron expressions as crontab(5) reads them, in UTC or a time zone (across
+daylight-saving changes too), and in plain words."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
 import pytest
 
-from app.services.cron import CronError, parse_cron
+from app.services.cron import CronError, describe, parse_cron, parse_zone
+from app.services.errors import Invalid
 
 
 def at(text: str) -> datetime:
@@ -37,3 +39,51 @@ def test_the_next_time_is_the_first_matching_minute_after(expression, after, exp
 def test_bad_expressions_say_which_field(expression, says):
     with pytest.raises(CronError, match=says):
         parse_cron(expression).next_after(at("2026-11-30 00:00:00"))
+
+
+BERLIN = parse_zone("Europe/Berlin")
+
+
+@pytest.mark.parametrize("after, expected", [
+    # Spring forward, 29 March 2026: 02:30 never shows; it runs once, at 03:00 CEST.
+    ("2026-03-28 12:00:00", "2026-03-29 01:00:00"),
+    ("2026-03-29 01:00:00", "2026-03-30 00:30:00"),
+    # Fall back, 25 October 2026: 02:30 shows twice; it runs the first time only.
+    ("2026-10-24 12:00:00", "2026-10-25 00:30:00"),
+    ("2026-10-25 00:30:00", "2026-10-26 01:30:00"),
+    ("2026-10-25 01:15:00", "2026-10-26 01:30:00"),   # during the second 02:xx
+])
+def test_a_daily_time_runs_once_on_both_daylight_saving_days(after, expected):
+    assert parse_cron("30 2 * * *").next_after(at(after), BERLIN) == at(expected)
+
+
+def test_hourly_runs_follow_the_wall_clock_across_the_change():
+    moment, fired = at("2026-10-24 22:30:00"), []
+    for _ in range(5):
+        moment = parse_cron("0 * * * *").next_after(moment, BERLIN)
+        fired.append(moment.astimezone(BERLIN).strftime("%H:%M %Z"))
+    assert fired == ["01:00 CEST", "02:00 CEST", "03:00 CET", "04:00 CET", "05:00 CET"]
+
+
+def test_new_york_is_read_in_its_own_time():
+    eastern = parse_zone("America/New_York")
+    assert parse_cron("0 9 * * mon-fri").next_after(at("2026-12-04 15:00:00"), eastern) == \
+        at("2026-12-07 14:00:00")
+
+
+@pytest.mark.parametrize("expression, words", [
+    ("0 3 * * *", "at 03:00 every day"),
+    ("0 3,15 * * 1-5", "at 03:00 and 15:00 on Monday to Friday"),
+    ("*/15 * * * *", "every 15 minutes every day"),
+    ("5 4 * jan,jul *", "at 04:05 every day in January, July"),
+    ("0 0 1,15 * sun", "at 00:00 on day 1,15 of the month or on Sunday"),
+])
+def test_schedules_are_described_in_plain_words(expression, words):
+    assert describe(parse_cron(expression)) == words
+
+
+@pytest.mark.parametrize("name", ["Mars/Olympus", "../../../etc/passwd", "/etc/localtime",
+                                  "", 3, "Europe/Berlin\n"])
+def test_unknown_time_zones_are_refused_by_name(name):
+    with pytest.raises(Invalid, match="time zone"):
+        parse_zone(name)
