@@ -267,7 +267,6 @@ class Sweep(db.Model):
     # are the i-th combination (the last key varies fastest).
     axes: Mapped[dict] = mapped_column(sa.JSON)
     size: Mapped[int]
-    slurm_job_id: Mapped[str | None] = mapped_column(sa.String(32))
     schedule_name: Mapped[str | None] = mapped_column(sa.String(63))
     request_key: Mapped[str | None] = mapped_column(sa.String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

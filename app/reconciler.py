@@ -29,7 +29,7 @@ from app.services.secrets import masked_metrics, remove_secrets_file, rewrite_se
 from app.services.slurm_access import slurm_client
 from app.services.submissions import (
     dropped_while_waiting,
-    settle_never_started,
+    end_dropped_member,
     settle_unsubmitted,
 )
 from app.services.usage import month_spend
@@ -182,8 +182,7 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
             # Just submitted (neither squeue nor sacct has it yet), or a
             # sweep's member that was canceled while it waited.
             if dropped_while_waiting(run):
-                settle_never_started(run, run.stopped_for or "canceled")
-                enqueue_for(run)
+                end_dropped_member(run, run.stopped_for or "canceled")
                 changed += 1
             continue
         before = (run.status, run.pending_reason, run.elapsed_seconds)

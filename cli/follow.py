@@ -113,3 +113,17 @@ def follow(api: ApiClient, name: str, follow_to_end: bool = True) -> dict | None
                     f"{exc}; the run goes on: div logs {name} -f") from None
             waiting.show(f"{name}: {exc}; reconnecting")
             time.sleep(5 if isinstance(exc, ApiError) else 1)
+
+
+def through_restarts(call):
+    """call(), tried again every second while the API is away (a server
+    restart) for up to RECONNECT_SECONDS."""
+    lost_since = None
+    while True:
+        try:
+            return call()
+        except ApiUnreachable:
+            lost_since = lost_since or time.monotonic()
+            if time.monotonic() - lost_since > RECONNECT_SECONDS:
+                raise
+            time.sleep(1)

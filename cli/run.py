@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import secrets
 import sys
-import time
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -31,7 +30,7 @@ from cli.flags import (
     parse_volume,
     safe_project_name,
 )
-from cli.follow import RECONNECT_SECONDS, follow
+from cli.follow import follow, through_restarts
 from cli.output import count, exit_code_for, print_json
 from cli.sweep import follow_sweep
 from cli.upload import format_bytes, hash_files, list_files, upload
@@ -168,15 +167,8 @@ def start(api, path: str, body: dict) -> dict:
     """POST /runs (or /transfers), tried again with the same Idempotency-Key
     while the API is away (a server restart) for up to RECONNECT_SECONDS: an
     answer lost on the way back gets the run it made, never a second run."""
-    key, lost_since = secrets.token_hex(16), None
-    while True:
-        try:
-            return api.post(path, body, headers={"Idempotency-Key": key})
-        except ApiUnreachable:
-            lost_since = lost_since or time.monotonic()
-            if time.monotonic() - lost_since > RECONNECT_SECONDS:
-                raise
-            time.sleep(1)
+    key = secrets.token_hex(16)
+    return through_restarts(lambda: api.post(path, body, headers={"Idempotency-Key": key}))
 
 
 def check_first(api, path: str, body: dict) -> None:

@@ -9,6 +9,7 @@ import time
 import click
 
 from cli.context import pass_api
+from cli.follow import through_restarts
 from cli.output import count, exit_code_for, print_json
 
 POLL_SECONDS = 1.0
@@ -49,7 +50,7 @@ def follow_sweep(api, sweep: dict, detach: bool, as_json: bool) -> None:
             if sweep["ended"] == sweep["size"]:
                 break
             time.sleep(POLL_SECONDS)
-            sweep = api.get(f"/sweeps/{sweep['name']}")["sweep"]
+            sweep = through_restarts(lambda path=f"/sweeps/{sweep['name']}": api.get(path))["sweep"]
     except KeyboardInterrupt:
         click.echo(f"\ndetached; {sweep['name']} goes on.\n"
                    f"  see it: div sweep {sweep['name']}", err=True)

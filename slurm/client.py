@@ -271,11 +271,11 @@ def _judged_sbatch(result: CommandResult) -> CommandResult:
 
 
 # A job, or one member of a job array (a sweep's run): "87", "87_3".
-JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+JOB_OR_TASK = re.compile(r"^[0-9]+(_[0-9]+)?$")
 
 
 def _job_id(job_id: str) -> str:
-    if not JOB_ID.fullmatch(str(job_id)):
+    if not JOB_OR_TASK.fullmatch(str(job_id)):
         raise SlurmError(f"not a job id: {job_id!r}")
     return str(job_id)
 

@@ -494,3 +494,19 @@ def test_a_webhook_cannot_reach_the_server_or_the_cluster(app_context, app):
         assert receiver.tries == []
     finally:
         receiver.close()
+
+
+def test_a_sweep_posted_straight_to_the_api_is_sized_before_any_run_is_made(stack):
+    """Without `div run`'s check first: 8 variables of 100 values are 10^16
+    combinations; the server counts them and refuses, making no run."""
+    body = {"project": "p", "command": "true", "gpu": "cpu",
+            "sweep": {f"K{i}": [str(v) for v in range(100)] for i in range(8)}}
+    runs_before = len(stack.api("GET", "/runs", params={"limit": 500}).json()["runs"])
+    started = time.monotonic()
+    answer = stack.api("POST", "/sweeps", json=body)
+    assert answer.status_code == 400 and "MaxArraySize" in answer.json()["error"]
+    assert time.monotonic() - started < 5
+    assert len(stack.api("GET", "/runs", params={"limit": 500}).json()["runs"]) == runs_before
+    clash = stack.api("POST", "/sweeps", json={**body, "env": {"K0": "x"},
+                                                "sweep": {"K0": ["1", "2"]}})
+    assert clash.status_code == 400 and "both swept and set" in clash.json()["error"]

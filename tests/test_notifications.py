@@ -151,3 +151,19 @@ def test_a_failed_run_is_announced_by_webhook_and_email(stack, project):
         assert stack.api("DELETE", f"/notifications/{channel}", org="other").status_code == 404
         for row in listed:
             assert stack.div("notify", "rm", str(row["id"]), cwd=project).returncode == 0
+
+
+def test_a_message_that_cannot_be_sent_at_all_fails_alone(app_context, monkeypatch):
+    """An error no receiver caused (a bug, a header the mail library
+    refuses) counts as a failed try of that message, recorded; the sender
+    goes on with the others and never retries it forever."""
+    import app.services.outbox as outbox
+    user = get_or_create_user(get_or_create_org("acme"), "ana")
+    add_channel(user, webhook="https://hooks.example.org/x")
+    enqueue_for(ended_run(user))
+    db.session.commit()
+    monkeypatch.setattr(outbox, "send_webhook", lambda url, body: 1 / 0)
+    assert send_due() == 0
+    row = db.session.execute(db.select(Notification)).scalar_one()
+    assert (row.status, row.attempts, row.claimed_until) == ("pending", 1, None)
+    assert row.last_error == "could not be sent (ZeroDivisionError); see the reconciler's log"

@@ -57,8 +57,11 @@ def send_due() -> int:
         row.attempts += 1
         try:
             _deliver(row)
-        except NotDelivered as exc:
-            error = str(exc)[:500]
+        except Exception as exc:   # any one message's failure is its own, never a loop's
+            if not isinstance(exc, NotDelivered):
+                log.exception("notification %d could not be sent", row.id)
+            error = (str(exc) if isinstance(exc, NotDelivered)
+                     else f"could not be sent ({type(exc).__name__}); see the reconciler's log")[:500]
             row.last_error, channel.last_error, channel.last_error_at = error, error, utcnow()
             if row.attempts >= config["DIV_NOTIFY_MAX_ATTEMPTS"]:
                 row.status = "failed"

@@ -28,7 +28,6 @@ from app.services.errors import (
     ServiceError,
     Unavailable,
 )
-from app.services.notify import enqueue_for
 from app.services.pricing import current_prices, micros, minutes_for, usd_text
 from app.services.rows import add_unique
 from app.services.run_text import waiting_text
@@ -47,8 +46,8 @@ from app.services.slurm_access import (
 )
 from app.services.submissions import (
     adopt_job,
+    end_dropped_member,
     record_job,
-    settle_never_started,
     settle_without_job,
 )
 from app.services.transfers import S3Location, Transfer, parse_mount, run_fields
@@ -537,8 +536,7 @@ def stop_run(run: Run) -> bool:
         slurm_client().cancel(run.slurm_job_id)
         if run.sweep_id and run.started_at is None and \
                 run.slurm_job_id not in slurm_client().query([run.slurm_job_id]):
-            settle_never_started(run, "canceled")    # Slurm dropped the waiting member
-            enqueue_for(run)
+            end_dropped_member(run, "canceled")    # Slurm dropped the waiting member
     except SlurmError as exc:
         raise Unavailable(f"Slurm did not cancel the run: {exc}") from None
     db.session.commit()

@@ -114,13 +114,15 @@ def dropped_while_waiting(run: Run) -> bool:
             and run.created_at <= utcnow() - DROPPED_AFTER)
 
 
-def settle_never_started(run: Run, status: str) -> None:
-    """Ends a run whose job Slurm dropped before it ever started (a sweep's
-    waiting member, canceled: Slurm keeps no record of it); not billed."""
+def end_dropped_member(run: Run, status: str) -> None:
+    """Ends, in the caller's transaction with its notifications, a sweep's
+    member Slurm dropped before it ever started (canceled while it waited:
+    Slurm keeps no record of it); not billed."""
     run.status, run.ended_at, run.elapsed_seconds = status, utcnow(), 0
     run.cost_micros, run.pending_reason = 0, None
     if run.secrets_sealed:
         remove_secrets_file(run_dir(db.session.get(Org, run.org_id), run.name))
+    enqueue_for(run)
 
 
 def settle_unsubmitted() -> int:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import secrets
 import shutil
 import string
+from collections.abc import Callable
 from dataclasses import replace
 
 import sqlalchemy as sa
+from sqlalchemy.orm import selectinload
 
 from app.extensions import db
 from app.models import Org, Run, Sweep, User, iso_utc
@@ -39,7 +42,7 @@ from app.services.secrets import remove_secrets_file, write_secrets_file
 from app.services.slurm_access import slurm_client
 from app.services.usage import minutes_left
 from app.services.volumes import data_path, run_dir
-from slurm.client import SlurmError, SubmitNotReceived, SubmitRefused
+from slurm.client import SlurmError, SubmitNotReceived, SubmitRefused, array_of
 from slurm.jobspec import ArrayMember, InvalidJobSpec, check_env_name
 
 MAX_KEYS = 8
@@ -72,12 +75,13 @@ def combinations(axes: dict[str, list[str]]) -> list[dict[str, str]]:
     return [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
 
 
-def check_sweep(user: User, req: RunRequest, axes_value: object) -> dict[str, list[str]]:
-    """What starting the sweep would refuse, before anything is uploaded:
-    its values, its size against the cluster's MaxArraySize, and its runs
-    as `div run` would check one of them."""
+def validated(req: RunRequest, axes_value: object) -> dict[str, list[str]]:
+    """The sweep's values, checked as every start checks them (POST /sweeps
+    and a schedule's firing as much as the check before upload): its size
+    is counted before a single combination is made, so no request makes the
+    server build (or record) more runs than Slurm would take."""
     axes = parse_axes(axes_value)
-    size = len(combinations(axes))
+    size = math.prod(len(values) for values in axes.values())
     client = slurm_client()
     if not client.submits_arrays:
         raise Invalid("this site's Slurm client (pyslurm) cannot submit sweeps; "
@@ -94,8 +98,15 @@ def check_sweep(user: User, req: RunRequest, axes_value: object) -> dict[str, li
     if req.mounts:
         raise Invalid("--mount does not go with --sweep yet: import the bucket first "
                       "(div storage import)")
-    check_run(user, replace(req, env={**req.env, **combinations(axes)[0]}))
     return axes
+
+
+def check_sweep(user: User, req: RunRequest, axes_value: object) -> None:
+    """What starting the sweep would refuse, before anything is uploaded:
+    its values and size, and its runs as `div run` would check one of them
+    (Slurm's --test-only included)."""
+    axes = validated(req, axes_value)
+    check_run(user, replace(req, env={**req.env, **combinations(axes)[0]}))
 
 
 def _member_sizing(org: Org, sizing: Sizing, size: int) -> Sizing:
@@ -124,21 +135,24 @@ def sweep_dir(org: Org, name: str) -> str:
     return data_path("sweeps", org.name, name)
 
 
-def _insert(org: Org, sweep: Sweep, runs: list[Run]) -> None:
-    """The sweep and its runs, committed together under a free name."""
+def _insert(org: Org, request_key: str | None,
+            make: Callable[[str], tuple[Sweep, list[Run]]]) -> tuple[Sweep, list[Run]] | None:
+    """The sweep and its runs, made by `make` for a name and committed
+    together; made again under another name when one is taken (a run of
+    the org may be called sweep-k4t9-0). None when a request with the same
+    key made its sweep meanwhile (a retry that came while the first request
+    was still at work)."""
     for attempt in range(8):
-        sweep.name = _generated_name(attempt)
-        for run in runs:
-            run.name = f"{sweep.name}-{run.sweep_index}"
+        sweep, runs = make(_generated_name(attempt))
         db.session.add(sweep)
         db.session.add_all(runs)
         try:
             db.session.commit()
-            return
+            return sweep, runs
         except sa.exc.IntegrityError:
             db.session.rollback()
-            if sweep.request_key and sweep_for_request_key(org.id, sweep.request_key):
-                raise Conflict("this sweep was started by an earlier request") from None
+            if sweep_for_request_key(org.id, request_key) is not None:
+                return None
     raise Conflict("could not find a free sweep name; try again")
 
 
@@ -148,17 +162,23 @@ def create_sweep(user: User, req: RunRequest, axes_value: object,
     its member's job id."""
     check_may_start(user)
     org = user.org
-    axes = parse_axes(axes_value)
+    axes = validated(req, axes_value)
     members = combinations(axes)
     sizing = _member_sizing(org, size_run(org, req), len(members))
     code_dir, secret_values, project_id = prepare(org, req)
-    sweep = Sweep(org_id=org.id, user_id=user.id, axes=axes, size=len(members),
-                  schedule_name=schedule_name, request_key=request_key)
-    runs = [new_run(user, replace(req, env={**req.env, **values}), sizing, project_id,
-                    secret_values, sweep=sweep, sweep_index=index, sweep_values=values,
-                    schedule_name=schedule_name)
-            for index, values in enumerate(members)]
-    _insert(org, sweep, runs)
+
+    def make(name: str) -> tuple[Sweep, list[Run]]:
+        sweep = Sweep(org_id=org.id, user_id=user.id, name=name, axes=axes,
+                      size=len(members), schedule_name=schedule_name, request_key=request_key)
+        return sweep, [new_run(user, replace(req, env={**req.env, **values}), sizing,
+                               project_id, secret_values, name=f"{name}-{index}", sweep=sweep,
+                               sweep_index=index, sweep_values=values,
+                               schedule_name=schedule_name)
+                       for index, values in enumerate(members)]
+    inserted = _insert(org, request_key, make)
+    if inserted is None:
+        return sweep_for_request_key(org.id, request_key)
+    sweep, runs = inserted
     folder = sweep_dir(org, sweep.name)
     try:
         script = job_script(org, sweep.name, req, sizing, code_dir, folder, tuple(
@@ -192,9 +212,8 @@ def _submit(org: Org, sweep: Sweep, runs: list[Run], script: str) -> str:
 
 
 def record_array(sweep: Sweep, job_id: str) -> None:
-    """The array's job id, and each member still waiting for one its own;
-    a member stopped meanwhile is canceled in Slurm too."""
-    sweep.slurm_job_id = job_id
+    """Each member still waiting for one gets its task of the array as its
+    job id; a member stopped meanwhile is canceled in Slurm too."""
     db.session.execute(sa.update(Run).where(
         Run.sweep_id == sweep.id, Run.status == "queued", Run.slurm_job_id.is_(None)
     ).values(slurm_job_id=sa.literal(f"{job_id}_") + sa.cast(Run.sweep_index, sa.String)))
@@ -234,7 +253,8 @@ def find_sweep(org: Org, name: str) -> Sweep:
 
 def members_of(sweep: Sweep) -> list[Run]:
     return list(db.session.execute(db.select(Run).filter_by(
-        org_id=sweep.org_id, sweep_id=sweep.id).order_by(Run.sweep_index)).scalars())
+        org_id=sweep.org_id, sweep_id=sweep.id).options(selectinload(Run.project))
+        .order_by(Run.sweep_index)).scalars())
 
 
 def sweep_json(sweep: Sweep, runs: list[Run] | None = None) -> dict:
@@ -246,7 +266,11 @@ def sweep_json(sweep: Sweep, runs: list[Run] | None = None) -> dict:
     first_failing = next((run for run in runs if run.status not in LIVE + ("succeeded",)), None)
     return {
         "name": sweep.name, "size": sweep.size, "axes": sweep.axes,
-        "slurm_job_id": sweep.slurm_job_id, "schedule": sweep.schedule_name,
+        # The array's: each member's job is one of its tasks ("87_3"), also
+        # when the reconciler adopted them after a submit it never heard of.
+        "slurm_job_id": next((array_of(run.slurm_job_id) for run in runs
+                              if run.slurm_job_id), None),
+        "schedule": sweep.schedule_name,
         "created_at": iso_utc(sweep.created_at),
         "status": "running" if len(ended) < len(runs) else (
             "succeeded" if first_failing is None else "failed"),

@@ -43,7 +43,6 @@ def upgrade():
     sa.Column('name', sa.String(length=63), nullable=False),
     sa.Column('axes', sa.JSON(), nullable=False),
     sa.Column('size', sa.Integer(), nullable=False),
-    sa.Column('slurm_job_id', sa.String(length=32), nullable=True),
     sa.Column('schedule_name', sa.String(length=63), nullable=True),
     sa.Column('request_key', sa.String(length=64), nullable=True),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
