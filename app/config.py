@@ -63,6 +63,9 @@ class Config:
     # A JSON body (a manifest of 100,000 files is about 13 MB) is read whole;
     # files and bundles stream, with their own limits (app/services/storage.py).
     MAX_CONTENT_LENGTH = int(os.environ.get("DIV_MAX_JSON_BYTES", str(16 * 1024 * 1024)))
+    # Runs of one org queued or running at once, at most (a sweep counts each
+    # member): every live run is followed each reconciler cycle, for every org.
+    DIV_MAX_LIVE_RUNS_PER_ORG = int(os.environ.get("DIV_MAX_LIVE_RUNS_PER_ORG", "2000"))
     # The dashboard's address as users reach it: notifications link runs there.
     DIV_PUBLIC_URL = os.environ.get("DIV_PUBLIC_URL", "http://127.0.0.1:8000")
     # Email notifications go through the site's SMTP server (none: no email).

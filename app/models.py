@@ -294,6 +294,10 @@ class NotifyChannel(db.Model):
     last_error: Mapped[str | None] = mapped_column(sa.Text)
     last_error_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
+    # An id is never given again (SQLite reuses the highest otherwise): a
+    # script's `div notify rm ID` never removes a channel made since.
+    __table_args__ = {"sqlite_autoincrement": True}
+
 
 class Notification(db.Model):
     """The outbox: one message for one channel, written in the transaction

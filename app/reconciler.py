@@ -16,7 +16,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 
 from app.extensions import db
-from app.models import Org, Run
+from app.models import Org, Run, utcnow
 from app.services import leases
 from app.services.checks import verdict
 from app.services.errors import Unavailable
@@ -82,7 +82,7 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None,
         run.slurm_state = record.state
         # A node failure or preemption ends a job 0:0: the run has no code of its own.
         run.exit_code = None if status == "failed" and not record.exit_code else record.exit_code
-        run.ended_at = _moment(record.end)
+        run.ended_at = _moment(record.end) or utcnow()   # squeue's cancel has no end
     run.status = status
     if record.finished and run.checks:
         document = run_json(run)

@@ -105,9 +105,11 @@ def parse_sweep(items: tuple[str, ...]) -> dict[str, list[str]]:
     axes: dict[str, list[str]] = {}
     for item in items:
         key, sep, values = item.partition("=")
-        if not sep or not ENV_KEY.fullmatch(key) or RESERVED_ENV.fullmatch(key):
+        if not sep or not ENV_KEY.fullmatch(key):
             raise click.BadParameter(f"{item!r} is not KEY=v1,v2,... (KEY: letters, digits "
                                      "and _, not starting with a digit)", param_hint="--sweep")
+        if RESERVED_ENV.fullmatch(key):
+            raise click.BadParameter(f"{key}: {RESERVED_TEXT}", param_hint="--sweep")
         split = values.split(",")
         if not all(split) or len(set(split)) != len(split):
             raise click.BadParameter(f"{item!r}: values are comma-separated, none empty, "

@@ -53,7 +53,8 @@ def notify_ls(api, as_json: bool) -> None:
     table(["ID", "KIND", "TARGET", "ON", "SCHEDULE", "LAST DELIVERY", "LAST ERROR"],
           [[str(row["id"]), row["kind"], row["target"], ",".join(row["on"]),
             row["schedule"] or "-", started(row["last_delivery_at"]),
-            row["last_error"] or "-"] for row in rows])
+            f"{row['last_error']} ({started(row['last_error_at'])})" if row["last_error"]
+            else "-"] for row in rows])
 
 
 @notify.command("rm")

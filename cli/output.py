@@ -47,7 +47,15 @@ def started(iso: str | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M")
 
 
+def shown(text: object) -> str:
+    """A value as one line of plain text: a newline, an escape sequence or
+    another control character someone put in a value (a sweep's, a webhook
+    server's error) is written out, never sent to the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def table(headers: list[str], rows: list[list[str]]) -> None:
+    rows = [[shown(cell) for cell in row] for row in rows]
     widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=True)]
     for row in [headers, *rows]:
         click.echo("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

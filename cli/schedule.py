@@ -59,7 +59,15 @@ def schedule_ls(api, as_json: bool) -> None:
     table(["NAME", "WHEN", "LAST RUN", "COMMAND"],
           [[row["name"], f"{row['when']}; next {row['next_local']}",
             row["last_run"] or (f"failed: {row['last_error']}" if row["last_error"] else "-"),
-            row["command"]] for row in rows])
+            row["command"] + _sweep_text(row["sweep"])] for row in rows])
+
+
+def _sweep_text(sweep: dict | None) -> str:
+    """A schedule's sweep, after its command: " (a sweep of LR (2) x BS (2))"."""
+    if not sweep:
+        return ""
+    return " (a sweep of " + " x ".join(f"{key} ({len(values)})"
+                                         for key, values in sweep.items()) + ")"
 
 
 @schedule.command("rm")

@@ -10,13 +10,13 @@ import click
 
 from cli.context import pass_api
 from cli.follow import through_restarts
-from cli.output import count, exit_code_for, print_json
+from cli.output import count, exit_code_for, print_json, shown
 
 POLL_SECONDS = 1.0
 
 
 def member_line(run: dict) -> str:
-    values = " ".join(f"{k}={v}" for k, v in (run["sweep_values"] or {}).items())
+    values = shown(" ".join(f"{k}={v}" for k, v in (run["sweep_values"] or {}).items()))
     status = run["status"] + (f" (exit code {run['exit_code']})"
                               if run["status"] == "failed" and run["exit_code"] else "")
     checks = run["checks"]
@@ -30,6 +30,8 @@ def summary_line(sweep: dict) -> str:
             f"succeeded")
     if sweep["with_checks"]:
         text += f", {sweep['passed_checks']} passed all checks"
+    if sweep["ended"] < sweep["size"]:
+        text += f", {sweep['size'] - sweep['ended']} not ended yet"
     return text + f"; cost ${sweep['cost']}"
 
 
@@ -46,7 +48,8 @@ def follow_sweep(api, sweep: dict, detach: bool, as_json: bool) -> None:
             for run in sweep["runs"]:
                 if run["status"] not in ("queued", "running") and run["name"] not in shown:
                     shown.add(run["name"])
-                    click.echo(member_line(run))
+                    # With --json, stdout is the sweep's JSON alone.
+                    click.echo(member_line(run), err=as_json)
             if sweep["ended"] == sweep["size"]:
                 break
             time.sleep(POLL_SECONDS)
@@ -73,7 +76,8 @@ def sweep_exit_code(sweep: dict) -> int:
 @pass_api
 def sweep(api, name: str, as_json: bool) -> None:
     """Show a sweep: one line a member run (its values, status, checks and
-    cost) and the summary. Exits as `div run --sweep` would."""
+    cost) and the summary. Once every member has ended it exits as `div run
+    --sweep` would; before, 0."""
     found = api.get(f"/sweeps/{name}")["sweep"]
     if as_json:
         print_json(found)

@@ -150,20 +150,21 @@ class SlurmClient:
         ids = [_job_id(j) for j in job_ids]
         if not ids:
             return {}
-        # squeue refuses the whole list once one id has left its memory.
-        # --array: a sweep's waiting members one a line ("87_3"), not "87_[0-19]".
-        live = self._run(["squeue", "--noheader", "--array", "--states=all",
-                          f"--jobs={','.join(ids)}",
-                          f"--format={SQUEUE_FORMAT}"],
-                         ok_errors=("Invalid job id",)).stdout
-        return self._merged(parse_squeue(live), lambda: self._accounted(ids), squeue_alone)
+        live = {}
+        for some in _chunks(ids):
+            # squeue refuses the whole list once one id has left its memory.
+            # --array: a sweep's waiting members one a line ("87_3"), not "87_[0-19]".
+            live.update(parse_squeue(self._run(
+                ["squeue", "--noheader", "--array", "--states=all", f"--jobs={','.join(some)}",
+                 f"--format={SQUEUE_FORMAT}"], ok_errors=("Invalid job id",)).stdout))
+        return self._merged(live, lambda: self._accounted(ids), squeue_alone)
 
     def _accounted(self, ids: list[str]) -> dict[str, JobRecord]:
         # Steps too: an out-of-memory kill shows only in a step's state.
         # Every attempt of a requeued job (--duplicates): each is billed.
-        return parse_sacct(self._run(["sacct", "--noheader", "--parsable2", "--duplicates",
-                                      f"--jobs={','.join(ids)}",
-                                      f"--format={SACCT_FIELDS}"]).stdout)
+        return parse_sacct("".join(self._run([
+            "sacct", "--noheader", "--parsable2", "--duplicates", f"--jobs={','.join(some)}",
+            f"--format={SACCT_FIELDS}"]).stdout for some in _chunks(ids)))
 
     @staticmethod
     def _merged(live: dict[str, JobRecord], final: Callable[[], dict[str, JobRecord]],
@@ -278,6 +279,16 @@ def _job_id(job_id: str) -> str:
     if not JOB_OR_TASK.fullmatch(str(job_id)):
         raise SlurmError(f"not a job id: {job_id!r}")
     return str(job_id)
+
+
+# One argument may be at most 128 KiB (Linux's MAX_ARG_STRLEN): this many
+# ids (at most 12 digits, an underscore and 4 of a sweep's index, and a comma
+# each) stay within half of it, however many runs are live.
+IDS_PER_CALL = 3000
+
+
+def _chunks(ids: list[str]) -> list[list[str]]:
+    return [ids[start:start + IDS_PER_CALL] for start in range(0, len(ids), IDS_PER_CALL)]
 
 
 def array_of(job_id: str) -> str:

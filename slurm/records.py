@@ -41,7 +41,13 @@ class JobRecord:
 
     @property
     def finished(self) -> bool:
-        return self.state not in LIVE_STATES and self.end is not None
+        """Ended, with its final record: its end; or, for a sweep's member
+        ("87_3") canceled before it got a node, squeue's CANCELLED, since
+        accounting keeps no record of its own for it (only the array's)."""
+        if self.state in LIVE_STATES:
+            return False
+        return self.end is not None or (
+            "_" in self.job_id and self.state == "CANCELLED" and not self.nodes)
 
 
 def _epoch(text: str) -> int | None:

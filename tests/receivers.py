@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -78,3 +79,34 @@ def wait_for(condition, timeout: float = 60.0) -> float:
         assert time.monotonic() - started < timeout, "not within the time allowed"
         time.sleep(0.1)
     return time.monotonic() - started
+
+
+class Drip:
+    """A receiver that answers a byte every half second, forever: no read
+    ever times out."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/slow"
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._drip, args=(connection,), daemon=True).start()
+
+    @staticmethod
+    def _drip(connection):
+        with contextlib.suppress(OSError), connection:
+            connection.sendall(b"HTTP/1.1 200 OK\r\nX-Drip: ")
+            while True:
+                time.sleep(0.5)
+                connection.sendall(b"x")
+
+    def close(self):
+        self.listener.close()

@@ -482,14 +482,18 @@ def test_a_webhook_cannot_reach_the_server_or_the_cluster(app_context, app):
     app.config["DIV_WEBHOOK_ALLOWED_NETWORKS"] = ""
     user = get_or_create_user(get_or_create_org("attacker-org"), "mallory")
     for url in ("http://10.77.0.1:6817/", "http://127.0.0.1:8000/api/v1/runs",
-                "http://[::ffff:127.0.0.1]/", "http://169.254.169.254/latest/meta-data/"):
+                "http://[::ffff:127.0.0.1]/", "http://169.254.169.254/latest/meta-data/",
+                "http://2130706433/", "http://0177.0.0.1/", "http://[::7f00:1]/",
+                "http://[::ffff:0:7f00:1]/", "http://[64:ff9b::a00:1]/", "http://[2002:a00:1::]/"):
         with pytest.raises(Invalid, match="not a public address"):
             add_channel(user, webhook=url)
     receiver = Webhook()
     try:
         url = receiver.url.replace("127.0.0.1", "localhost")
-        add_channel(user, webhook=url)        # a name: checked as it is delivered
-        with pytest.raises(NotDelivered, match="which webhooks may not reach"):
+        with pytest.raises(Invalid, match=r"may not reach localhost \(127.0.0.1\)"):
+            add_channel(user, webhook=url)    # a name: every address it resolves to
+        # And again as it is delivered: a name's answer may change since.
+        with pytest.raises(NotDelivered, match=r"may not reach localhost \(127.0.0.1\)"):
             send_webhook(url, {"text": "x"})
         assert receiver.tries == []
     finally:
@@ -510,3 +514,37 @@ def test_a_sweep_posted_straight_to_the_api_is_sized_before_any_run_is_made(stac
     clash = stack.api("POST", "/sweeps", json={**body, "env": {"K0": "x"},
                                                 "sweep": {"K0": ["1", "2"]}})
     assert clash.status_code == 400 and "both swept and set" in clash.json()["error"]
+
+
+def test_a_run_cannot_take_a_sweep_s_job_name(app_context):
+    """A sweep's members are found by the array's job name: a run named like
+    a sweep could be taken for (and stop) a teammate's array."""
+    from app.services.errors import Invalid
+    from app.services.runs import parse_request
+    with pytest.raises(Invalid, match="are a sweep's"):
+        parse_request({"project": "p", "command": "true", "gpu": "cpu", "name": "sweep-0bbz"})
+
+
+def test_no_org_may_queue_more_live_runs_than_the_site_allows(app_context, app):
+    """Every live run is followed each cycle, for every org: one org's
+    thousands of sweeps would slow (or, past an argument's size, stop) the
+    reconciler for all. Counted before anything is made."""
+    from app.extensions import db
+    from app.models import Project, Run
+    from app.services.errors import Conflict
+    from app.services.orgs import get_or_create_org, get_or_create_user
+    from app.services.runs import check_may_start
+    app.config["DIV_MAX_LIVE_RUNS_PER_ORG"] = 3
+    user = get_or_create_user(get_or_create_org("busy"), "bo")
+    project = Project(org_id=user.org_id, name="p")
+    db.session.add(project)
+    db.session.flush()
+    db.session.add_all(Run(org_id=user.org_id, project_id=project.id, user_id=user.id,
+                           name=f"run-{i}", status=status, gpu_type="cpu", gpus=1, cpus=1,
+                           memory_gib=1, image="i", command="true", rate_micros_per_hour=1,
+                           env={}, checks=[], mounts=[])
+                       for i, status in enumerate(["queued", "running", "succeeded"]))
+    db.session.commit()
+    check_may_start(user)                     # 2 live: room for one more
+    with pytest.raises(Conflict, match="has 2 runs queued or running; at most 3"):
+        check_may_start(user, 2)

@@ -77,6 +77,7 @@ def test_new_york_is_read_in_its_own_time():
     ("*/15 * * * *", "every 15 minutes every day"),
     ("5 4 * jan,jul *", "at 04:05 every day in January, July"),
     ("0 0 1,15 * sun", "at 00:00 on day 1,15 of the month or on Sunday"),
+    ("0 */2 * * *", "every 2 hours from 00:00, at minute 0, every day"),
 ])
 def test_schedules_are_described_in_plain_words(expression, words):
     assert describe(parse_cron(expression)) == words

@@ -31,11 +31,14 @@ def app_config(tmp_path) -> dict:
             "DIV_NOTIFY_RETRY_SECONDS": 0.5, "DIV_PUBLIC_URL": "https://div.example.org"}
 
 
-def ended_run(user, status: str = "failed", checks=None) -> Run:
-    project = Project(org_id=user.org_id, name="eval")
-    db.session.add(project)
-    db.session.flush()
-    run = Run(org_id=user.org_id, project_id=project.id, user_id=user.id, name="run-ab12",
+def ended_run(user, status: str = "failed", checks=None, name: str = "run-ab12") -> Run:
+    project = db.session.execute(db.select(Project).filter_by(
+        org_id=user.org_id, name="eval")).scalar_one_or_none()
+    if project is None:
+        project = Project(org_id=user.org_id, name="eval")
+        db.session.add(project)
+        db.session.flush()
+    run = Run(org_id=user.org_id, project_id=project.id, user_id=user.id, name=name,
               status=status, gpu_type="cpu", gpus=1, cpus=2, memory_gib=4, image="i",
               command="python eval.py", rate_micros_per_hour=300_000, cost_micros=20_000,
               exit_code=3 if status == "failed" else 0, checks=checks or [], env={},
@@ -167,3 +170,44 @@ def test_a_message_that_cannot_be_sent_at_all_fails_alone(app_context, monkeypat
     row = db.session.execute(db.select(Notification)).scalar_one()
     assert (row.status, row.attempts, row.claimed_until) == ("pending", 1, None)
     assert row.last_error == "could not be sent (ZeroDivisionError); see the reconciler's log"
+
+
+def test_a_receiver_that_drips_is_cut_off_and_holds_up_no_other_org(app_context, monkeypatch):
+    """One org's webhook answers a byte at a time; its deliveries end at the
+    deadline, at most PER_ORG of them a pass, and another org's message
+    goes out in the same pass."""
+    import app.services.delivery as delivery
+    from app.services.outbox import PER_ORG
+    from tests.receivers import Drip, Webhook
+    monkeypatch.setattr(delivery, "DEADLINE", 1)
+    slow_user = get_or_create_user(get_or_create_org("slow"), "sam")
+    user = get_or_create_user(get_or_create_org("acme"), "ana")
+    drip, webhook = Drip(), Webhook()
+    try:
+        add_channel(slow_user, webhook=drip.url)
+        add_channel(user, webhook=webhook.url)
+        for index in range(4):
+            enqueue_for(ended_run(slow_user, name=f"run-slow{index}"))
+        enqueue_for(ended_run(user))
+        db.session.commit()
+        started = time.monotonic()
+        send_due()
+        took = time.monotonic() - started
+        print(f"one pass: {took:.1f} s, {drip.connections} cut off")
+    finally:
+        drip.close()
+        webhook.close()
+    assert len(webhook.received) == 1 and drip.connections == PER_ORG
+    assert took < PER_ORG * 1 + 2
+    errors = {n.last_error for n in db.session.execute(db.select(Notification)).scalars()
+              if n.attempts}
+    assert "127.0.0.1 took longer than 1 s" in errors
+
+
+def test_a_message_says_how_the_run_ended_whichever_event_was_heard(app_context):
+    user = get_or_create_user(get_or_create_org("acme"), "ana")
+    add_channel(user, webhook="https://hooks.example.org/every-end", events="ended")
+    enqueue_for(ended_run(user))
+    message = next(n for n in db.session.new if isinstance(n, Notification))
+    assert message.text == ("divergent: run run-ab12 failed (exit code 3); cost $0.02; "
+                            "https://div.example.org/runs/run-ab12")

@@ -80,6 +80,17 @@ def test_with_squeue_alone_an_ended_job_accrues_nothing_more():
     assert not merged["70"].finished
 
 
+def test_a_job_canceled_before_it_got_a_node_is_final_in_squeue_alone():
+    """A sweep's member canceled while it waited has no sacct record of its
+    own: squeue's CANCELLED without a node is all there will be. One that
+    ran, and a job of its own, wait for accounting's end."""
+    live = parse_squeue("90_3|CANCELLED|None|1200||div-sweep-ab12||1\n"
+                        "90_4|CANCELLED|None|1000|node1|div-sweep-ab12||1\n"
+                        "91|CANCELLED|None|1200||div-run||1\n")
+    assert live["90_3"].finished
+    assert not live["90_4"].finished and not live["91"].finished
+
+
 def test_a_requeued_job_is_one_record_with_every_attempt_s_seconds():
     # sacct --duplicates after a node failure: the attempt that failed, then the one now.
     accounted = parse_sacct("80|NODE_FAIL|0:0|1000|1070|70|node2|None|div-run|\n"

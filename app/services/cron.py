@@ -188,6 +188,8 @@ def describe(cron: Cron) -> str:
         when = "at " + " and ".join(_clock(h, minute) for h in hour.split(","))
     elif minute.isdigit() and hour == "*":
         when = f"at minute {int(minute)} of every hour"
+    elif minute.isdigit() and hour.startswith("*/") and hour[2:].isdigit():
+        when = f"every {hour[2:]} hours from 00:00, at minute {int(minute)},"
     elif minute == "*" and hour == "*":
         when = "every minute"
     elif minute.startswith("*/") and hour == "*":

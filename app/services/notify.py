@@ -4,7 +4,6 @@ the transaction that ends its run, and delivered later by the sender
 (app/services/outbox.py): nothing outside is called from here."""
 from __future__ import annotations
 
-import ipaddress
 import re
 from urllib.parse import urlsplit
 
@@ -12,6 +11,7 @@ from flask import current_app
 
 from app.extensions import db
 from app.models import Notification, NotifyChannel, Org, Run, Schedule, User, iso_utc
+from app.services.delivery import NotDelivered, Unresolved, checked_address
 from app.services.errors import Invalid, NotFound
 from app.services.pricing import usd_text
 
@@ -39,9 +39,9 @@ def parse_events(value: object) -> list[str]:
 
 
 def parse_webhook(url: object) -> str:
-    """An http(s) URL without credentials, whose host is a name or an address
-    the site lets webhooks reach (delivery checks the address it resolves
-    to again: app/services/delivery.py)."""
+    """An http(s) URL without credentials, whose host (or every address its
+    name resolves to now) webhooks may reach; delivery checks the addresses
+    again, as a name's answer may change (app/services/delivery.py)."""
     if not isinstance(url, str) or len(url) > 2048 or any(c in url for c in "\r\n\0 "):
         raise Invalid("a webhook is an http:// or https:// URL")
     parts = urlsplit(url)
@@ -50,27 +50,16 @@ def parse_webhook(url: object) -> str:
     if parts.username or parts.password:
         raise Invalid("a webhook URL carries no user or password (put a token in its path)")
     try:
-        _ = parts.port      # a port that is not a number raises here
+        port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise Invalid("the webhook's port is not a number") from None
     try:
-        address = ipaddress.ip_address(parts.hostname)
-    except ValueError:
-        return url           # a name: its addresses are checked as it is delivered
-    if not address_allowed(address):
-        raise Invalid(f"webhooks may not reach {address}: it is not a public address")
+        checked_address(parts.hostname, port)
+    except Unresolved:
+        pass                # checked as it is delivered, when it must resolve
+    except NotDelivered as exc:
+        raise Invalid(str(exc)) from None
     return url
-
-
-def address_allowed(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Public addresses, and those of the networks the site allows
-    (DIV_WEBHOOK_ALLOWED_NETWORKS): never, unless allowed, the server's own
-    host, the cluster's network or a cloud's metadata address."""
-    allowed = current_app.config["DIV_WEBHOOK_ALLOWED_NETWORKS"]
-    if any(address in ipaddress.ip_network(net.strip()) for net in allowed.split(",")
-           if net.strip()):
-        return True
-    return address.is_global
 
 
 def parse_email(address: object) -> str:
@@ -90,13 +79,19 @@ def add_channel(user: User, webhook: object = None, email: object = None,
     if schedule is not None and db.session.execute(db.select(Schedule.id).filter_by(
             org_id=user.org_id, name=schedule)).first() is None:
         raise NotFound(f"no schedule named {schedule!r}")
-    count = db.session.execute(db.select(db.func.count(NotifyChannel.id)).filter_by(
-        org_id=user.org_id)).scalar_one()
-    if count >= MAX_CHANNELS:
-        raise Invalid(f"an org has at most {MAX_CHANNELS} notification channels")
     row = NotifyChannel(org_id=user.org_id, user_id=user.id, kind=kind, target=target,
                         events=parse_events(events), schedule_name=schedule)
+    # Counted with the new one written and the org locked (PostgreSQL) or
+    # the database (SQLite, from the write on): two adds at once never both
+    # find room for one.
+    db.session.execute(db.select(Org.id).filter_by(id=user.org_id).with_for_update())
     db.session.add(row)
+    db.session.flush()
+    count = db.session.execute(db.select(db.func.count(NotifyChannel.id)).filter_by(
+        org_id=user.org_id)).scalar_one()
+    if count > MAX_CHANNELS:
+        db.session.rollback()
+        raise Invalid(f"an org has at most {MAX_CHANNELS} notification channels")
     db.session.commit()
     return row
 
@@ -133,20 +128,31 @@ def events_of(run: Run) -> list[str]:
     return events + ["ended"]
 
 
+OUTCOMES = {"budget_exceeded": "reached its spend limit",
+            "limit_reached": "was stopped: the org reached its monthly limit"}
+
+
+def _outcome(run: Run) -> str:
+    """How the run ended, whichever event a channel heard it by."""
+    what = OUTCOMES.get(run.status, run.status)
+    if run.status == "failed" and run.exit_code:
+        what += f" (exit code {run.exit_code})"
+    if run.status == "succeeded" and "checks_failed" in events_of(run):
+        what += " but failed its checks"
+    return what
+
+
 def message(run: Run, event: str) -> tuple[str, dict]:
-    """One line that says what happened, with the run's URL, checks and
-    cost; and the JSON a webhook gets (`text` is what Slack shows)."""
+    """One line that says what happened, with the run's URL, checks (when
+    it has any) and cost; and the JSON a webhook gets (`text` is what Slack
+    shows)."""
     url = f"{current_app.config['DIV_PUBLIC_URL'].rstrip('/')}/runs/{run.name}"
-    what = {"failed": "failed" + (f" (exit code {run.exit_code})" if run.exit_code else ""),
-            "budget_exceeded": "reached its spend limit",
-            "limit_reached": "was stopped: the org reached its monthly limit",
-            "checks_failed": "failed its checks"}.get(event, run.status)
     checks = [f"{c['check']} {c['verdict']}" + (f" ({c['value']})" if c.get("value") is not None
                                                   else "") for c in run.checks or []]
     origin = f" (schedule {run.schedule_name})" if run.schedule_name else ""
-    text = (f"divergent: run {run.name}{origin} {what}; "
-            f"checks: {', '.join(checks) if checks else 'none'}; cost ${usd_text(run.cost_micros)}"
-            f"; {url}")
+    text = "; ".join([f"divergent: run {run.name}{origin} {_outcome(run)}",
+                      *([f"checks: {', '.join(checks)}"] if checks else []),
+                      f"cost ${usd_text(run.cost_micros)}", url])
     body = {"text": text, "event": event, "run": run.name, "status": run.status,
             "exit_code": run.exit_code, "schedule": run.schedule_name,
             "sweep": run.sweep.name if run.sweep_id else None,

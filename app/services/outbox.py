@@ -12,16 +12,19 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 from flask import current_app
+from sqlalchemy.orm.exc import StaleDataError
 
 from app.extensions import db
 from app.models import Notification, NotifyChannel, utcnow
 from app.services.delivery import NotDelivered, send_email, send_webhook
 
 log = logging.getLogger("divergent.outbox")
-# Longer than any one delivery takes (two 10 s timeouts and then some).
+# Longer than any one delivery takes (delivery.DEADLINE and then some).
 CLAIM = timedelta(seconds=60)
-# Messages a pass takes: the rest wait for the next pass.
-BATCH = 50
+# Messages of one org a pass takes, the oldest due first: an org whose
+# receivers are slow, or that has thousands of messages due, delays every
+# other org's by at most this many deliveries a pass and never starves them.
+PER_ORG = 2
 
 
 def _claim(row_id: int) -> bool:
@@ -45,9 +48,12 @@ def _deliver(row: Notification) -> None:
 def send_due() -> int:
     """One pass over the due messages; how many were delivered."""
     config = current_app.config
-    due = list(db.session.execute(db.select(Notification.id).where(
-        Notification.status == "pending", Notification.next_attempt_at <= utcnow()
-    ).order_by(Notification.next_attempt_at).limit(BATCH)).scalars())
+    ranked = db.select(Notification.id, Notification.next_attempt_at, sa.func.row_number().over(
+        partition_by=Notification.org_id, order_by=(Notification.next_attempt_at, Notification.id)
+    ).label("place")).where(Notification.status == "pending",
+                            Notification.next_attempt_at <= utcnow()).subquery()
+    due = list(db.session.execute(db.select(ranked.c.id).where(
+        ranked.c.place <= PER_ORG).order_by(ranked.c.next_attempt_at)).scalars())
     sent = 0
     for row_id in due:
         if not _claim(row_id):
@@ -75,7 +81,10 @@ def send_due() -> int:
             channel.last_delivery_at = row.sent_at
             sent += 1
         row.claimed_until = None
-        db.session.commit()
+        try:
+            db.session.commit()
+        except StaleDataError:     # its channel was removed meanwhile, and it with it
+            db.session.rollback()
     return sent
 
 

@@ -12,6 +12,7 @@ import string
 from dataclasses import dataclass, field, replace
 
 import sqlalchemy as sa
+from flask import current_app
 from sqlalchemy.orm import selectinload
 
 from app.extensions import db
@@ -73,6 +74,8 @@ MAX_TELEMETRY_BYTES = 64 * 1024
 # Each mount is a job submitted with the run's: a bound on what one request
 # (or one schedule's firing, in the reconciler) submits.
 MAX_MOUNTS = 8
+# Sweeps and their runs are named sweep-<id>[-<index>] (app/services/sweeps.py).
+SWEEP_PREFIX = "sweep-"
 
 
 @dataclass
@@ -160,6 +163,9 @@ def _validate(req: RunRequest) -> None:
     if req.name is not None and not RUN_NAME.fullmatch(req.name):
         raise Invalid(f"invalid run name {req.name!r}: lowercase letters, digits and -, "
                       "1 to 63 characters")
+    if req.name is not None and req.name.startswith(SWEEP_PREFIX):
+        # A sweep's job is found by its name: no run's may be the same.
+        raise Invalid(f"run names starting with {SWEEP_PREFIX} are a sweep's")
     if not req.command.strip() or "\0" in req.command:
         raise Invalid("the run needs a command")
     _validate_hardware(req, catalog())
@@ -388,9 +394,17 @@ def _stopped_on_error(copies: list[Run]):
         raise
 
 
-def check_may_start(user: User) -> None:
+def check_may_start(user: User, adding: int = 1) -> None:
+    """The user may start runs, and their org has room for `adding` more
+    live ones (DIV_MAX_LIVE_RUNS_PER_ORG)."""
     if user.removed_at is not None or user.org.removed_at is not None:
         raise Forbidden(f"{user.username} was removed: no new runs")
+    most = current_app.config["DIV_MAX_LIVE_RUNS_PER_ORG"]
+    live = db.session.execute(db.select(sa.func.count(Run.id)).where(
+        Run.org_id == user.org_id, Run.status.in_(LIVE))).scalar_one()
+    if live + adding > most:
+        raise Conflict(f"{user.org.name} has {live} runs queued or running; at most {most} "
+                      f"at once: {adding} more do not fit")
 
 
 def prepare(org: Org, req: RunRequest) -> tuple[str | None, dict[str, str], int]:

@@ -26,6 +26,7 @@ from app.services.errors import Conflict, Invalid, NotFound, Refused
 from app.services.pricing import usd_text
 from app.services.runs import (
     LIVE,
+    SWEEP_PREFIX,
     RunRequest,
     Sizing,
     SubmitUnsure,
@@ -106,6 +107,7 @@ def check_sweep(user: User, req: RunRequest, axes_value: object) -> None:
     its values and size, and its runs as `div run` would check one of them
     (Slurm's --test-only included)."""
     axes = validated(req, axes_value)
+    check_may_start(user, math.prod(len(values) for values in axes.values()))
     check_run(user, replace(req, env={**req.env, **combinations(axes)[0]}))
 
 
@@ -127,7 +129,7 @@ def _member_sizing(org: Org, sizing: Sizing, size: int) -> Sizing:
 
 def _generated_name(attempt: int) -> str:
     alphabet = string.ascii_lowercase + string.digits
-    return "sweep-" + "".join(secrets.choice(alphabet) for _ in range(4 + attempt // 2))
+    return SWEEP_PREFIX + "".join(secrets.choice(alphabet) for _ in range(4 + attempt // 2))
 
 
 def sweep_dir(org: Org, name: str) -> str:
@@ -160,10 +162,10 @@ def create_sweep(user: User, req: RunRequest, axes_value: object,
                  request_key: str | None = None, schedule_name: str | None = None) -> Sweep:
     """Every member is a run on record before the one sbatch; then each gets
     its member's job id."""
-    check_may_start(user)
     org = user.org
     axes = validated(req, axes_value)
     members = combinations(axes)
+    check_may_start(user, len(members))
     sizing = _member_sizing(org, size_run(org, req), len(members))
     code_dir, secret_values, project_id = prepare(org, req)
 
@@ -272,8 +274,9 @@ def sweep_json(sweep: Sweep, runs: list[Run] | None = None) -> dict:
                               if run.slurm_job_id), None),
         "schedule": sweep.schedule_name,
         "created_at": iso_utc(sweep.created_at),
-        "status": "running" if len(ended) < len(runs) else (
-            "succeeded" if first_failing is None else "failed"),
+        "status": ("queued" if all(run.status == "queued" for run in runs) else
+                   "running" if len(ended) < len(runs) else
+                   "succeeded" if first_failing is None else "failed"),
         "ended": len(ended), "succeeded": sum(run.status == "succeeded" for run in runs),
         "passed_checks": len(passed), "with_checks": sum(bool(run.checks) for run in runs),
         "cost": usd_text(sum(run.cost_micros or 0 for run in runs)),

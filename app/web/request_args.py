@@ -29,7 +29,10 @@ class StrictJSONProvider(DefaultJSONProvider):
     """Request bodies as JSON, refused (400) when nested too deep for the
     parser or when a string holds a lone surrogate ("\\ud800") or a NUL: such
     a string can be neither written to a file, a batch script or the
-    database nor shown, so it never gets past the request."""
+    database nor shown, so it never gets past the request. Answers keep
+    their keys' order (a sweep's variables, as the user gave them)."""
+
+    sort_keys = False
 
     def loads(self, s, **kwargs):
         try:

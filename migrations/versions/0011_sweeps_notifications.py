@@ -31,7 +31,8 @@ def upgrade():
     sa.Column('last_error_at', sa.DateTime(timezone=True), nullable=True),
     sa.ForeignKeyConstraint(['org_id'], ['org.id'], name=op.f('fk_notify_channel_org_id_org')),
     sa.ForeignKeyConstraint(['user_id'], ['user.id'], name=op.f('fk_notify_channel_user_id_user')),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_notify_channel'))
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_notify_channel')),
+    sqlite_autoincrement=True
     )
     with op.batch_alter_table('notify_channel', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_notify_channel_org_id'), ['org_id'], unique=False)
