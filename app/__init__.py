@@ -58,6 +58,8 @@ def create_app(test_config: dict | None = None, instance_path: str | None = None
     csrf.exempt(api_bp)
     from app.dashboard import bp as dashboard_bp
     app.register_blueprint(dashboard_bp)
+    from app.web.metrics import bp as metrics_bp
+    app.register_blueprint(metrics_bp)
 
     admin.register(app)
     return app

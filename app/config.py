@@ -66,6 +66,12 @@ class Config:
     # Runs of one org queued or running at once, at most (a sweep counts each
     # member): every live run is followed each reconciler cycle, for every org.
     DIV_MAX_LIVE_RUNS_PER_ORG = int(os.environ.get("DIV_MAX_LIVE_RUNS_PER_ORG", "2000"))
+    # Prometheus scrapes /metrics with this as its bearer token (or a site
+    # admin's API key); empty: site admins only.
+    DIV_METRICS_TOKEN = os.environ.get("DIV_METRICS_TOKEN", "")
+    # How long the Cluster page's view of Slurm is kept: one sinfo and one
+    # squeue per worker this often, however many admins watch.
+    DIV_CLUSTER_CACHE_SECONDS = float(os.environ.get("DIV_CLUSTER_CACHE_SECONDS", "5"))
     # The dashboard's address as users reach it: notifications link runs there.
     DIV_PUBLIC_URL = os.environ.get("DIV_PUBLIC_URL", "http://127.0.0.1:8000")
     # Email notifications go through the site's SMTP server (none: no email).

@@ -179,6 +179,7 @@ class Run(db.Model):
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     project = relationship("Project")
+    user = relationship("User")
     sweep = relationship("Sweep")
 
     __table_args__ = (
@@ -199,6 +200,15 @@ class Lease(db.Model):
     name: Mapped[str] = mapped_column(sa.String(32), primary_key=True)
     holder: Mapped[str] = mapped_column(sa.String(64))
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class SiteGauge(db.Model):
+    """A number every server process and the reconciler share, for /metrics
+    (app/services/monitoring.py): a counter (Slurm calls that failed, by
+    call) or the reconciler's last cycle (when it ended, how long it took)."""
+
+    name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    value: Mapped[float] = mapped_column(sa.Float, default=0.0)
 
 
 class Secret(db.Model):

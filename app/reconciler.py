@@ -26,6 +26,7 @@ from app.services.pricing import cost
 from app.services.runs import LIVE, run_dir, run_json
 from app.services.schedules import fire_due
 from app.services.secrets import masked_metrics, remove_secrets_file, rewrite_secrets_file
+from app.services.site_gauges import record_cycle
 from app.services.slurm_access import slurm_client
 from app.services.submissions import (
     dropped_while_waiting,
@@ -254,8 +255,10 @@ def _cycle(holder: str, ttl: float, acting: bool) -> bool:
         return False
     if not acting:
         log.info("reconciler %s is acting", holder)
+    started = time.monotonic()
     reconcile_once()
     fire_due()
+    record_cycle(time.monotonic() - started)
     return True
 
 

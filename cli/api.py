@@ -36,7 +36,7 @@ class ApiUnreachable(Exception):
 
 
 class ApiClient:
-    def __init__(self, url: str, token: str):
+    def __init__(self, url: str, token: str, timeout: float = TIMEOUT):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ApiUnreachable(f"not an http(s) URL: {url!r}")
@@ -47,11 +47,16 @@ class ApiClient:
         self._headers = {"Authorization": f"Bearer {token}", "User-Agent": "div-cli",
                          "Accept": "application/json"}
         self._local = threading.local()
+        self._timeout = timeout
+
+    def page_url(self, path: str) -> str:
+        """A dashboard page: the dashboard is served where the API is."""
+        return self.url + path
 
     def _new_connection(self) -> http.client.HTTPConnection:
         """To the API, or through a proxy (a CONNECT tunnel), TLS verified."""
         # http.client sends a file body 8 KB a syscall by default.
-        options = {"timeout": TIMEOUT, "blocksize": CHUNK}
+        options = {"timeout": self._timeout, "blocksize": CHUNK}
         try:
             if self._https:
                 options["context"] = tls_context()

@@ -156,10 +156,10 @@ def parse_name(text: str, flag: str) -> str:
     return text
 
 
-def parse_volume(text: str) -> str:
+def parse_volume(text: str, hint: str = "--volume") -> str:
     if not VOLUME.fullmatch(text):
         raise click.BadParameter(f"{text!r}: use lowercase letters, digits, -, _ and ., "
-                                 "1 to 63 characters, not starting with .", param_hint="--volume")
+                                 "1 to 63 characters, not starting with .", param_hint=hint)
     return text
 
 

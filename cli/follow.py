@@ -78,15 +78,20 @@ class LogWriter:
             self.files["stderr"].write(b"\n")
 
 
-def follow(api: ApiClient, name: str, follow_to_end: bool = True) -> dict | None:
+def follow(api: ApiClient, name: str, follow_to_end: bool = True,
+           tail: int | None = None) -> dict | None:
     """Writes the run's log and returns its end event ({"run", "summary"}),
-    or None without `follow_to_end` (what is there now, then stop)."""
+    or None without `follow_to_end` (what is there now, then stop). With
+    `tail`, each stream's last `tail` lines first."""
     log = LogWriter()
     waiting = WaitingLine(follow_to_end and sys.stderr.isatty())
     lost_since = None
     while True:
         try:
-            params = dict(log.offsets, follow="1" if follow_to_end else "0")
+            # The tail is asked for once; a reconnect goes on from the offsets.
+            start = {"tail": tail} if tail and log.offsets == {"stdout": 0, "stderr": 0} \
+                else log.offsets
+            params = dict(start, follow="1" if follow_to_end else "0")
             for event in api.events(f"/runs/{name}/logs", params):
                 lost_since = None
                 if "stream" in event:

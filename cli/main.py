@@ -7,7 +7,7 @@ from cli.keys import keys, whoami
 from cli.login import login
 from cli.notify import notify
 from cli.run import run
-from cli.runs import logs, ls, stop
+from cli.runs import logs, ls, open_, rerun, stop
 from cli.schedule import schedule
 from cli.secrets import secrets
 from cli.storage import storage
@@ -24,6 +24,6 @@ def cli() -> None:
 
 storage.add_command(import_)
 storage.add_command(export)
-for command in (run, logs, stop, ls, login, whoami, keys, secrets, schedule, notify, sweep,
+for command in (run, rerun, logs, stop, ls, open_, login, whoami, keys, secrets, schedule, notify, sweep,
                 storage, usage):
     cli.add_command(command)

@@ -8,6 +8,8 @@ import time
 
 from cli.upload import format_bytes
 
+RATE_AFTER_SECONDS = 1.0
+
 
 class Progress:
     def __init__(self, label: str, total: int, enabled: bool | None = None):
@@ -27,12 +29,18 @@ class Progress:
                 sys.stderr.flush()
 
     def line(self, now: float) -> str:
-        elapsed = max(now - self.started, 1e-6)
+        """Rate and ETA once there is a second's worth to judge by: the first
+        chunks (a connection's set-up, a burst into a socket buffer) say
+        nothing of the speed."""
+        sizes = f"{self.label} {format_bytes(self.done)} / {format_bytes(self.total)}"
+        elapsed = now - self.started
+        if elapsed < RATE_AFTER_SECONDS or not self.done:
+            return f"{sizes}  ETA -"
         rate = self.done / elapsed
-        left = (self.total - self.done) / rate if rate > 0 else 0
-        eta = f"{int(left) // 60}m {int(left) % 60:02d}s" if left >= 60 else f"{int(left)}s"
-        return (f"{self.label} {format_bytes(self.done)} / {format_bytes(self.total)}  "
-                f"{format_bytes(int(rate))}/s  ETA {eta}")
+        left = int((self.total - self.done) / rate)
+        eta = (f"{left // 3600}h {left % 3600 // 60:02d}m" if left >= 3600 else
+               f"{left // 60}m {left % 60:02d}s" if left >= 60 else f"{left}s")
+        return f"{sizes}  {format_bytes(int(rate))}/s  ETA {eta}"
 
     def close(self) -> None:
         if self.enabled:

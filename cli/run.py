@@ -143,6 +143,8 @@ def follow_started(api, created: dict, detach: bool, as_json: bool) -> None:
     and the exit code the docs' table gives; Ctrl-C detaches."""
     started = created["run"]
     click.echo(created["header"], err=True)
+    if sys.stderr.isatty():     # a person watching: the page with logs and charts
+        click.echo(f"view it: {api.page_url('/runs/' + started['name'])}", err=True)
     if detach:
         print_json(started) if as_json else click.echo(started["name"])
         return

@@ -38,7 +38,11 @@ def schedule_create(api, cron: str, tz: str, name: str | None,
       div schedule create --cron '0 3 * * *' -- --gpu h100 eval.py \\
           --check 'metrics.accuracy>=0.8' --max-spend 5
     """
-    run_ctx = run.make_context("div schedule create -- ", list(run_args))
+    try:
+        run_ctx = run.make_context("div run", list(run_args))
+    except click.UsageError as exc:   # about the div run flags after --, said as such
+        raise click.UsageError(f"after --, as div run takes them: {exc.format_message()}",
+                               click.get_current_context()) from None
     flags = {k: v for k, v in run_ctx.params.items()
              if k not in ("detach", "as_json", "token", "api_url")}
     body = run_request(api, flags, run_ctx.meta["after_dashes"], lambda request: check_first(

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from cli.api import ApiClient
+from cli.api import ApiClient, ApiError
+from cli.complete import volume_names
 from cli.context import pass_api
 from cli.flags import parse_volume
 from cli.output import count, print_json, started, table
@@ -37,7 +38,12 @@ def storage() -> None:
 
 
 def _volume(ctx, param, value):
-    return None if value is None else parse_volume(value)
+    """VOLUME, which comes before the path: a path given first says so."""
+    if value is not None and "/" in value:
+        raise click.BadParameter(f"{value!r} is not a volume's name (a name has no /); the "
+                                 f"volume comes first: div storage {ctx.info_name} VOLUME PATH",
+                                 param_hint="VOLUME")
+    return None if value is None else parse_volume(value, hint="VOLUME")
 
 
 def _bundles(files: list[tuple[str, LocalFile]]) -> list[list[tuple[str, LocalFile]]]:
@@ -72,7 +78,7 @@ def _send_file(api: ApiClient, volume: str, remote: str, local: LocalFile,
 
 
 @storage.command("put")
-@click.argument("volume", callback=_volume)
+@click.argument("volume", callback=_volume, shell_complete=volume_names)
 @click.argument("local", type=click.Path(exists=True, path_type=Path))
 @pass_api
 def put(api: ApiClient, volume: str, local: Path) -> None:
@@ -119,7 +125,7 @@ def put(api: ApiClient, volume: str, local: Path) -> None:
 
 
 @storage.command("ls")
-@click.argument("volume", required=False, callback=_volume)
+@click.argument("volume", required=False, callback=_volume, shell_complete=volume_names)
 @click.argument("path", required=False, default="")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_api
@@ -178,7 +184,7 @@ def _check_whole(part: Path, path: str, sha: str, length: int) -> None:
 
 
 @storage.command("get")
-@click.argument("volume", callback=_volume)
+@click.argument("volume", callback=_volume, shell_complete=volume_names)
 @click.argument("path", default="")
 @click.argument("dest", required=False)
 @pass_api
@@ -211,21 +217,35 @@ def get(api: ApiClient, volume: str, path: str, dest: str | None) -> None:
 
 
 @storage.command("rm")
-@click.argument("volume", callback=_volume)
+@click.argument("volume", callback=_volume, shell_complete=volume_names)
 @click.argument("path", required=False)
-@click.option("--yes", is_flag=True, help="Delete a whole volume without asking.")
+@click.option("--yes", is_flag=True, help="Delete a folder or a whole volume without asking.")
 @pass_api
 def rm(api: ApiClient, volume: str, path: str | None, yes: bool) -> None:
     """Delete PATH (a file or a folder) from VOLUME, or with no PATH the whole
-    volume (asks first, unless --yes)."""
+    volume. A folder or a volume asks first, unless --yes."""
     if path:
+        if not yes and _is_folder(api, volume, path):
+            _confirm(f"the folder {volume}/{path}")
         api.delete(f"/volumes/{volume}/files", {"path": path})
         click.echo(f"deleted {volume}/{path}", err=True)
         return
     if not yes:
-        if not sys.stdin.isatty():
-            raise click.UsageError(f"deleting the whole volume {volume} needs --yes "
-                                   "(no terminal to ask on)")
-        click.confirm(f"Delete the volume {volume} and everything in it?", abort=True)
+        _confirm(f"the whole volume {volume}")
     api.delete(f"/volumes/{volume}")
     click.echo(f"deleted the volume {volume}", err=True)
+
+
+def _is_folder(api: ApiClient, volume: str, path: str) -> bool:
+    """Whether PATH is a folder; what is not there (or not allowed) is left
+    for the delete to say."""
+    try:
+        return api.get(f"/volumes/{volume}/ls", {"path": path})["entry"]["type"] != "file"
+    except ApiError:
+        return False
+
+
+def _confirm(what: str) -> None:
+    if not sys.stdin.isatty():
+        raise click.UsageError(f"deleting {what} needs --yes (no terminal to ask on)")
+    click.confirm(f"Delete {what} and everything in it?", abort=True)

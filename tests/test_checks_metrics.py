@@ -44,8 +44,14 @@ def test_bad_checks_are_refused(bad):
 
 
 def test_the_tally_for_the_last_line():
-    assert summary([{"verdict": "passed"}, {"verdict": "unknown"}]) == " · passed 1 of 2 checks"
-    assert summary([{"verdict": "passed"}]) == " · passed 1 of 1 check"
+    assert summary([{"check": "a>1", "verdict": "passed", "value": 2},
+                    {"check": "metrics.f1>0.5", "verdict": "unknown", "value": None}]) == \
+        " · passed 1 of 2 checks (no value: metrics.f1>0.5)"
+    assert summary([{"check": "a>1", "verdict": "passed", "value": 2}]) == " · passed 1 of 1 check"
+    assert summary([{"check": "metrics.loss<0.6", "verdict": "failed", "value": 0.7},
+                    {"check": "metrics.tag==best", "verdict": "failed", "value": "last"}]) == \
+        (' · passed 0 of 2 checks (failed: metrics.loss<0.6 was 0.7, metrics.tag==best '
+         'was "last")')
     assert summary([]) is None
 
 

@@ -167,7 +167,8 @@ def test_checks_get_verdicts_and_never_change_the_exit_code(stack, project):
     done = stack.div("run", "--gpu", "cpu", "--json", *checks, "--", "python eval.py 0",
                      cwd=project)
     assert done.returncode == 0
-    assert last_line(done).endswith(" · passed 2 of 4 checks")
+    assert last_line(done).endswith(" · passed 2 of 4 checks (failed: metrics.loss<0.6 was 0.7; "
+                                    "no value: metrics.f1>0.5)")
     run = json.loads(done.stdout)
     assert [(c["check"], c["verdict"], c["value"]) for c in run["checks"]] == [
         ("metrics.accuracy>=0.8", "passed", 0.8),
@@ -179,7 +180,9 @@ def test_checks_get_verdicts_and_never_change_the_exit_code(stack, project):
 
     failing = stack.div("run", "--gpu", "cpu", *checks, "--", "python eval.py 3", cwd=project)
     assert failing.returncode == 3
-    assert last_line(failing).endswith("with exit code 3 and spent $0.01 · passed 1 of 4 checks")
+    assert last_line(failing).endswith(
+        "with exit code 3 and spent $0.01 · passed 1 of 4 checks (failed: metrics.loss<0.6 was "
+        "0.7, exit_code==0 was 3; no value: metrics.f1>0.5)")
 
 
 def test_prices_are_site_configuration_and_runs_keep_their_rate(stack, project):

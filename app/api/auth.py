@@ -25,11 +25,17 @@ def token_required(view):
             return error_response(401, "invalid or missing API key")
         row = api_key_for(key)
         if row is None:
-            prefix = key_prefix(key)
-            subject = throttle.key_subject(prefix, request.remote_addr)
-            throttle.check([subject])
-            throttle.record_failure(subject, f"a wrong API key ({prefix})", request.remote_addr)
+            count_wrong_key(key)
             return error_response(401, "invalid or missing API key")
         g.user, g.api_key = row.user, row
         return view(*args, **kwargs)
     return wrapper
+
+
+def count_wrong_key(key: str) -> None:
+    """A wrong key is counted against the key it names (or the address);
+    past the limit, throttle.check answers 429."""
+    prefix = key_prefix(key)
+    subject = throttle.key_subject(prefix, request.remote_addr)
+    throttle.check([subject])
+    throttle.record_failure(subject, f"a wrong API key ({prefix})", request.remote_addr)

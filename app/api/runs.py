@@ -9,7 +9,7 @@ from app.api import bp
 from app.api.auth import token_required
 from app.extensions import db
 from app.services.follow_slots import take_follower_slot
-from app.services.logs import STREAMS, KeyRevoked, run_log_events
+from app.services.logs import MAX_TAIL_LINES, STREAMS, KeyRevoked, run_log_events, tail_offsets
 from app.services.run_text import header_line, summary_line
 from app.services.runs import (
     check_run,
@@ -17,6 +17,7 @@ from app.services.runs import (
     find_run,
     list_runs,
     parse_request,
+    rerun_request,
     run_for_request_key,
     run_json,
     stop_run,
@@ -27,13 +28,24 @@ from app.web.request_args import int_arg
 @bp.post("/runs")
 @token_required
 def runs_create():
+    return _created(lambda: parse_request(request.get_json(silent=True)))
+
+
+@bp.post("/runs/<name>/rerun")
+@token_required
+def runs_rerun(name: str):
+    """A new run of what the run `name` ran (`div rerun`)."""
+    return _created(lambda: rerun_request(find_run(g.user.org, name)))
+
+
+def _created(run_request):
     """With an Idempotency-Key, a retry of a request whose answer was lost
     (the server restarted) gets the run the first one made: 200, not 201."""
     key = request.headers.get("Idempotency-Key")
     run = run_for_request_key(g.user.org_id, key)
     if run is not None:
         return jsonify(run=run_json(run), header=header_line(run)), 200
-    run = create_run(g.user, parse_request(request.get_json(silent=True)), key)
+    run = create_run(g.user, run_request(), key)
     return jsonify(run=run_json(run), header=header_line(run)), 201
 
 
@@ -48,8 +60,11 @@ def runs_check():
 @bp.get("/runs")
 @token_required
 def runs_list():
+    """?project=, ?status=, ?user= (a username) and ?mine=1 (the key's user)."""
+    mine = request.args.get("mine", "") in ("1", "true")
     runs = list_runs(g.user.org, limit=int_arg("limit", 20, minimum=1),
-                     project=request.args.get("project"))
+                     project=request.args.get("project"), status=request.args.get("status"),
+                     username=g.user.username if mine else request.args.get("user"))
     return jsonify(runs=[run_json(run) for run in runs])
 
 
@@ -72,9 +87,12 @@ def runs_stop(name: str):
 @token_required
 def runs_logs(name: str):
     """NDJSON events (app/services/logs.py). ?stdout=&stderr= are the byte
-    offsets to start from; ?follow=1 streams until the run ends."""
+    offsets to start from, or ?tail=N: each stream's last N lines; ?follow=1
+    streams until the run ends."""
     run = find_run(g.user.org, name)
-    offsets = {s: int_arg(s, 0) for s in STREAMS}
+    tail = int_arg("tail", None, minimum=1)
+    offsets = (tail_offsets(g.user.org, run, min(tail, MAX_TAIL_LINES)) if tail is not None
+               else {s: int_arg(s, 0) for s in STREAMS})
     follow = request.args.get("follow", "") in ("1", "true")
     events = run_log_events(g.user.org, run, g.api_key.id, offsets, follow)
 

@@ -5,6 +5,7 @@ run has no value at the path. Checks never change a run's status or exit
 code. Pure functions."""
 from __future__ import annotations
 
+import json
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -86,9 +87,16 @@ def verdict(document: dict, text: str) -> dict:
 
 
 def summary(checks: list[dict]) -> str | None:
-    """` · passed 2 of 2 checks`, for the last line."""
+    """` · passed 2 of 2 checks`, for the last line; with those that did
+    not pass and what they saw: ` · passed 1 of 3 checks (failed:
+    metrics.loss<0.6 was 0.7; no value: metrics.f1>0.5)`."""
     if not checks:
         return None
     passed = sum(c.get("verdict") == "passed" for c in checks)
     noun = "check" if len(checks) == 1 else "checks"
-    return f" · passed {passed} of {len(checks)} {noun}"
+    failed = [f"{c['check']} was {json.dumps(c.get('value'))}"
+              for c in checks if c.get("verdict") == "failed"]
+    unknown = [c["check"] for c in checks if c.get("verdict") not in ("passed", "failed")]
+    why = "; ".join(([f"failed: {', '.join(failed)}"] if failed else [])
+                    + ([f"no value: {', '.join(unknown)}"] if unknown else []))
+    return f" · passed {passed} of {len(checks)} {noun}" + (f" ({why})" if why else "")

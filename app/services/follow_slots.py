@@ -13,6 +13,7 @@ from collections.abc import Callable
 from flask import current_app
 
 from app.services.errors import ServiceError
+from app.services.site_gauges import followers_file, note_followers
 
 
 class NoFollowerSlot(ServiceError):
@@ -43,11 +44,14 @@ def take_follower_slot(org_id: int) -> Callable[[], None]:
             raise NoFollowerSlot(429, f"your org follows {per_org} logs at once on this "
                                       "server already; try again in a few seconds")
         _by_org[org_id] += 1
+        note_followers(followers_file(), sum(_by_org.values()))
     given_back = threading.Event()
+    path = followers_file()    # the response closes outside the app's context
 
     def give_back() -> None:
         with _lock:
             if not given_back.is_set():
                 given_back.set()
                 _by_org[org_id] -= 1
+                note_followers(path, sum(_by_org.values()))
     return give_back

@@ -182,6 +182,48 @@ def log_window(org: Org, run: Run, ends: dict[str, int] | None = None):
     return chunks, starts, stops
 
 
+# `div logs --tail N`: at most this many lines of each stream.
+MAX_TAIL_LINES = 100_000
+
+
+def tail_offsets(org: Org, run: Run, lines: int) -> dict[str, int]:
+    """Where each stream's last `lines` lines start (a line not yet ended
+    counts as one), read backwards a block at a time."""
+    state_dir = run_dir(org, run.name)
+    return {stream: _line_start_from_end(os.path.join(state_dir, stream), lines)
+            for stream in STREAMS}
+
+
+def _line_start_from_end(path: str, lines: int) -> int:
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return 0
+    with f:
+        end = pos = f.seek(0, os.SEEK_END)
+        # A last line without its newline yet is a line too.
+        wanted = lines + (1 if end and _byte_at(f, end - 1) == b"\n" else 0)
+        while pos > 0 and wanted > 0:
+            start = max(0, pos - WINDOW_BYTES)
+            f.seek(start)
+            block = f.read(pos - start)
+            cut = len(block)
+            while wanted > 0:
+                cut = block.rfind(b"\n", 0, cut)
+                if cut < 0:
+                    break
+                wanted -= 1
+            if wanted == 0:
+                return start + cut + 1
+            pos = start
+        return 0
+
+
+def _byte_at(f, offset: int) -> bytes:
+    f.seek(offset)
+    return f.read(1)
+
+
 def _read_range(path: str, start: int, end: int) -> bytes:
     with open(path, "rb") as f:
         f.seek(start)

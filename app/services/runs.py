@@ -16,7 +16,7 @@ from flask import current_app
 from sqlalchemy.orm import selectinload
 
 from app.extensions import db
-from app.models import Org, Project, Run, User, iso_utc
+from app.models import RUN_STATUSES, Org, Project, Run, User, iso_utc
 from app.services.catalog import catalog
 from app.services.checks import parse_check
 from app.services.code import stored_tree
@@ -51,6 +51,7 @@ from app.services.submissions import (
     record_job,
     settle_without_job,
 )
+from app.services.transfers import PROJECT as TRANSFER_PROJECT
 from app.services.transfers import S3Location, Transfer, parse_mount, run_fields
 from app.services.usage import minutes_left
 from app.services.volumes import ensure_volume, org_dir, run_dir, trees_dir, volumes_in_command
@@ -526,12 +527,38 @@ def find_run(org: Org, name: str) -> Run:
     return run
 
 
-def list_runs(org: Org, limit: int = 20, project: str | None = None) -> list[Run]:
-    query = db.select(Run).filter_by(org_id=org.id).options(selectinload(Run.project))
+def list_runs(org: Org, limit: int = 20, project: str | None = None,
+              status: str | None = None, username: str | None = None) -> list[Run]:
+    """An org's runs newest first: of one project, in one status, by one user."""
+    if status and status not in RUN_STATUSES:
+        raise Invalid(f"no status {status!r}; one of {', '.join(RUN_STATUSES)}")
+    query = db.select(Run).filter_by(org_id=org.id).options(
+        selectinload(Run.project), selectinload(Run.user))
     if project:
         query = query.join(Project).filter(Project.name == project)
+    if status:
+        query = query.filter(Run.status == status)
+    if username:
+        query = query.join(User, Run.user_id == User.id).filter(User.username == username)
     query = query.order_by(Run.created_at.desc(), Run.id.desc()).limit(max(1, min(limit, 500)))
     return list(db.session.execute(query).scalars())
+
+
+def rerun_request(run: Run) -> RunRequest:
+    """A new run of what `run` ran: the same code, command, image, hardware,
+    env (a sweep member's values included), secrets, checks, telemetry,
+    mounts and spend limit; a name of its own."""
+    if run.project.name == TRANSFER_PROJECT and run.code_ref is None:
+        raise Invalid(f"{run.name} is an S3 copy: start it again with div storage import or export")
+    req = RunRequest(
+        project=run.project.name, command=run.command, gpu=run.gpu_type, gpus=run.gpus,
+        cpus=run.cpus, memory_gib=run.memory_gib, max_spend_micros=run.max_spend_micros,
+        image=run.image, env={**(run.env or {}), **(run.sweep_values or {})},
+        checks=[c["check"] for c in run.checks or []], telemetry=run.telemetry,
+        code_ref=run.code_ref, secrets=list(run.secret_names or []),
+        mounts=[parse_mount(f"{m['url']}:{m['path']}") for m in run.mounts or []])
+    _validate(req)
+    return req
 
 
 def stop_run(run: Run) -> bool:
@@ -572,7 +599,8 @@ def _live_copies(run: Run) -> list[Run]:
 def run_json(run: Run) -> dict:
     """The run as the API and `div run --json` show it (README: "A run as JSON")."""
     return {
-        "name": run.name, "project": run.project.name, "status": run.status,
+        "name": run.name, "project": run.project.name, "user": run.user.username,
+        "status": run.status,
         "exit_code": run.exit_code, "waiting": waiting_text(run),
         "gpu": run.gpu_type, "gpus": run.gpus, "cpu": run.cpus, "memory": run.memory_gib,
         "image": run.image, "command": run.command, "env": run.env,
@@ -598,7 +626,8 @@ def page_of_runs(org: Org, project: str | None = None, status: str | None = None
     """An org's runs newest first, filtered, one page after the run `before`
     (keyset pagination: as fast on page 2,000 as on page 1). Returns the runs
     and the cursor of the next page, if there is one."""
-    query = db.select(Run).filter_by(org_id=org.id).options(selectinload(Run.project))
+    query = db.select(Run).filter_by(org_id=org.id).options(
+        selectinload(Run.project), selectinload(Run.user))
     if project:
         query = query.join(Project).filter(Project.name == project)
     if status:

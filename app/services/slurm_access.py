@@ -16,6 +16,7 @@ from flask import current_app
 from app.models import Org
 from app.services.errors import Unavailable
 from app.services.site import Site, SiteConfigError, Transport, load_site
+from app.services.site_gauges import count_slurm_error
 from slurm.client import SlurmClient, SlurmError
 from slurm.jobspec import SlurmSite
 
@@ -55,13 +56,38 @@ def standing_in(client: SlurmClient) -> Iterator[SlurmClient]:
 
 
 def slurm_client() -> SlurmClient:
+    """The client, each of whose calls that fails is counted for /metrics."""
     if _stand_in is not None:
-        return _stand_in
+        return Counted(_stand_in)
     transport = current_site().transport
     with _lock:
         if transport not in _clients:
             _clients[transport] = transport.client()
-        return _clients[transport]
+        return Counted(_clients[transport])
+
+
+class Counted:
+    """A SlurmClient whose calls that raise SlurmError are counted by call
+    (divergent_slurm_call_errors_total); everything else passes through."""
+
+    def __init__(self, client: SlurmClient):
+        self._client = client
+
+    def __getattr__(self, name: str):
+        value = getattr(self._client, name)
+        if not callable(value):
+            return value
+
+        def counted(*args, **kwargs):
+            try:
+                return value(*args, **kwargs)
+            except SlurmError:
+                try:
+                    count_slurm_error(name)
+                except Exception:   # the database away too: the Slurm error is what to say
+                    log.exception("could not count a failed Slurm call")
+                raise
+        return counted
 
 
 def ensure_org_account(org: Org) -> None:

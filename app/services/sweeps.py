@@ -255,7 +255,8 @@ def find_sweep(org: Org, name: str) -> Sweep:
 
 def members_of(sweep: Sweep) -> list[Run]:
     return list(db.session.execute(db.select(Run).filter_by(
-        org_id=sweep.org_id, sweep_id=sweep.id).options(selectinload(Run.project))
+        org_id=sweep.org_id, sweep_id=sweep.id).options(
+        selectinload(Run.project), selectinload(Run.user))
         .order_by(Run.sweep_index)).scalars())
 
 

@@ -28,7 +28,18 @@ def error_response(status: int, message: str, headers: dict | None = None):
 
 
 def handle_http_error(exc: HTTPException):
+    if exc.code == 404 and request.url_rule is None:
+        return error_response(404, _nothing_at(request.path))
     return error_response(exc.code or 500, exc.description)
+
+
+def _nothing_at(path: str) -> str:
+    """An address no route has, said so that a client set up with the
+    wrong one (DIV_API_URL=https://host/api) knows what to change."""
+    if path.startswith("/api/") and not path.startswith("/api/v1/"):
+        return (f"nothing at {path}: the API is under /api/v1/, and the CLI's API URL "
+                "(DIV_API_URL, --api-url) is the server's address without /api")
+    return f"nothing at {path}"
 
 
 def handle_database_error(exc: OperationalError):
