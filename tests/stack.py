@@ -182,6 +182,10 @@ def start_stack(port: int, postgres_admin_url: str | None,
            else f"sqlite:///{base}/divergent.db")
     stack = Stack(base, port, url, settings=dict(settings or {}))
     (base / "home").mkdir(parents=True, exist_ok=True)
+    # The share, as a site mounts it before the server starts (an absent
+    # one is a share not mounted: 503).
+    stack.private_folder("data")
+    stack.private_folder("data/share")
     stack.flask("db", "upgrade")
     if before_start is not None:
         before_start(stack)      # the site's settings, made as its admin makes them

@@ -6,6 +6,7 @@ from app.api import (  # noqa: E402,F401
     code,
     keys,
     notify,
+    openapi,
     routes,
     runs,
     schedules,

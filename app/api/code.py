@@ -8,14 +8,14 @@ from app.api.auth import token_required
 from app.services.code import MissingBlobs, lay_out_tree, parse_manifest, store_blob
 from app.services.errors import Invalid
 from app.services.volumes import check_volume_name
-from app.web.request_args import STREAMED
+from app.web.request_args import STREAMED, json_object
 
 
 @bp.post("/code/trees")
 @token_required
 def code_tree():
     """Lays out the manifest's tree in the volume, or names the blobs to send first."""
-    body = request.get_json(silent=True) or {}
+    body = json_object()
     volume = check_volume_name(body.get("volume"))
     entries = parse_manifest(body.get("files"))
     try:

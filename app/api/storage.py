@@ -18,7 +18,7 @@ from app.services.storage import (
 )
 from app.services.volumes import check_volume_name
 from app.web.downloads import send_volume_file
-from app.web.request_args import STREAMED
+from app.web.request_args import STREAMED, json_object
 
 
 @bp.get("/volumes")
@@ -47,7 +47,7 @@ def volumes_ls(volume: str):
 def volumes_plan(volume: str):
     """Which of these files ({path, size, sha256}) to send: the others are
     there already. Creates the volume."""
-    body = request.get_json(silent=True) or {}
+    body = json_object()
     return jsonify(send=files_to_send(g.user.org, volume, body.get("files")))
 
 

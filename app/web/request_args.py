@@ -25,6 +25,14 @@ def int_arg(name: str, default: int | None, minimum: int = 0) -> int | None:
     return int(raw)
 
 
+def json_object() -> dict:
+    """The request's body as a JSON object, or a 400 that says so."""
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise Invalid("send a JSON object")
+    return body
+
+
 class StrictJSONProvider(DefaultJSONProvider):
     """Request bodies as JSON, refused (400) when nested too deep for the
     parser or when a string holds a lone surrogate ("\\ud800") or a NUL: such
