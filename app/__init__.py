@@ -61,5 +61,7 @@ def create_app(test_config: dict | None = None, instance_path: str | None = None
     from app.web.metrics import bp as metrics_bp
     app.register_blueprint(metrics_bp)
 
+    # Browsers ask for it at the root, whatever the page says.
+    app.add_url_rule("/favicon.ico", "favicon", lambda: app.send_static_file("favicon.ico"))
     admin.register(app)
     return app

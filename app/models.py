@@ -122,6 +122,8 @@ class Run(db.Model):
     status: Mapped[str] = mapped_column(sa.String(16), default="queued")
     slurm_job_id: Mapped[str | None] = mapped_column(sa.String(32))
     pending_reason: Mapped[str | None] = mapped_column(sa.String(64))
+    # The nodes Slurm gave it (its NodeList: gpu-[1-2]), shown on its page.
+    nodes: Mapped[str | None] = mapped_column(sa.String(255))
     # Slurm's final state (COMPLETED, OUT_OF_MEMORY, ...): says why a run failed.
     slurm_state: Mapped[str | None] = mapped_column(sa.String(32))
     # Why we cancelled it ourselves (budget_exceeded, limit_reached), if we did.

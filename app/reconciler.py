@@ -64,6 +64,7 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None,
     if status != "queued":
         # A waiting job's start is Slurm's estimate, not a start.
         run.started_at = run.started_at or _moment(record.start)
+        run.nodes = record.nodes[:255] or run.nodes
     if record.elapsed_seconds is not None:
         run.elapsed_seconds = record.elapsed_seconds
     run.restarts = max(run.restarts or 0, record.restarts)

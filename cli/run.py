@@ -33,7 +33,8 @@ from cli.flags import (
 from cli.follow import follow, through_restarts
 from cli.output import count, exit_code_for, print_json
 from cli.sweep import follow_sweep
-from cli.upload import format_bytes, hash_files, list_files, upload
+from cli.units import format_bytes
+from cli.upload import hash_files, list_files, upload
 
 # What the server answers for a request it will not take as it is.
 REFUSALS = (400, 404, 409, 422)

@@ -18,7 +18,8 @@ from cli.context import pass_api
 from cli.flags import parse_volume
 from cli.output import count, print_json, started, table
 from cli.progress import Progress
-from cli.upload import LocalFile, file_sha256, format_bytes, hash_files, regular_files, walk_files
+from cli.units import format_bytes
+from cli.upload import LocalFile, file_sha256, hash_files, regular_files, walk_files
 
 PARALLEL = 8
 # Small files travel many to a request, as one tar stream: a request per

@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from cli.api import ApiClient
+from cli.units import format_bytes
 
 MAX_FILE_BYTES = 256 * 1000 * 1000
 PARALLEL = 8
@@ -118,15 +119,6 @@ def hash_files(root: Path, paths: list[str]) -> list[LocalFile]:
     return [hashed[rel] if rel in hashed else _hash(root, rel) for rel in paths]
 
 
-def format_bytes(size: int) -> str:
-    """38.2 KB: decimal units, one decimal place."""
-    if size < 1000:
-        return f"{size} B"
-    for unit in ("KB", "MB", "GB", "TB"):
-        size /= 1000
-        if size < 1000 or unit == "TB":
-            return f"{size:.1f} {unit}"
-    raise AssertionError("unreachable")
 
 
 def upload(api: ApiClient, volume: str, files: list[LocalFile]) -> dict:

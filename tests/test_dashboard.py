@@ -258,7 +258,7 @@ def test_volumes_can_be_browsed_and_files_downloaded_in_the_org_only(app):
     client = app.test_client()
     sign_in(client)
     listing = client.get("/volumes").get_data(as_text=True)
-    assert "checkpoints" in listing and "7 Bytes" in listing
+    assert "checkpoints" in listing and ">7 B<" in listing
     folder = client.get("/volumes/checkpoints?path=lora-v1").get_data(as_text=True)
     assert "final.bin" in folder and "/mnt/checkpoints/lora-v1" in folder
     download = client.get("/volumes/checkpoints?path=lora-v1/final.bin")
@@ -274,13 +274,20 @@ def test_the_spend_page_shows_the_month_by_project_and_gpu(app):
     client = app.test_client()
     sign_in(client)
     page = client.get("/spend?month=2026-11").get_data(as_text=True)
-    assert "$4.80 spent" in page and "no monthly limit" in page   # 60 runs x $0.08
+    assert '<span class="money" title="$4.80">$4.80</span> spent' in page   # 60 runs x $0.08
+    assert "no monthly limit" in page
     assert "acme-proj" in page and "other-proj" not in page
     # Every day of the month, one run a minute from Nov 1 00:00: all on the 1st.
     days = json.loads(re.search(r'id="by-day-data">(.*?)</script>', page, re.S).group(1))
     assert len(days) == 30 and days[0] == ["2026-11-01", 4_800_000]
     assert all(micros == 0 for _, micros in days[1:])
-    assert "<tr><td>2026-11-01</td><td>$4.80</td></tr>" in page
+    assert '<tr><td>2026-11-01</td><td><span class="money" title="$4.80">$4.80</span></td></tr>' in page
+    # Months before and after; an empty one says so instead of empty tables.
+    assert 'href="/spend?month=2026-10" rel="prev"' in page
+    assert 'href="/spend?month=2026-12" rel="next"' in page
+    empty = client.get("/spend?month=2026-10").get_data(as_text=True)
+    assert "No runs in 2026-10: nothing was spent." in empty and "by-day-data" not in empty
+    assert 'rel="next"' not in client.get("/spend").get_data(as_text=True)    # this month
 
 
 def test_settings_create_a_key_once_revoke_it_and_list_members(app):
@@ -326,10 +333,81 @@ def test_the_cluster_page_is_for_site_admins_and_shows_slurms_gpus(app, slurm_cl
     assert re.search(r"<tr><td>H100</td><td>\d+</td><td>\d+</td><td>0</td><td>32</td>", page)
     assert "node1" in page and "node2" in page
     # Every org's waiting runs: a site admin's page spans orgs.
-    assert "<tr><td>alice-011</td><td>acme</td><td>2 x H100</td><td>waiting for 2 x H100</td>" in page
+    assert "<tr><td>alice-011</td>\n  <td>acme</td><td>2 x H100</td><td>waiting for 2 x H100</td>" in page
     assert "Queued runs (1)" in page
     assert "<tr><td>H100</td><td>$4.80</td></tr>" in page
     assert "Slurm on this host" in page and "<td><code>h100</code></td>" in page
+
+
+def test_the_cluster_page_asks_slurm_once_however_many_watch(app):
+    """Nodes by name with their partitions in order; a queued run of the
+    admin's own org links to its page; sinfo once per DIV_CLUSTER_CACHE_SECONDS."""
+    from app.services import slurm_access
+    from slurm.records import NodeRecord
+
+    class CountedSinfo:
+        asked = 0
+
+        def nodes(self):
+            CountedSinfo.asked += 1
+            return {name: NodeRecord(name, "idle", 0, 8, parts, {"": 8}, {})
+                    for name, parts in (("node10", ["b", "a"]), ("node2", ["z", "gpu"]))}
+
+    with app.app_context():
+        bob = db.session.execute(db.select(User).filter_by(username="bob")).scalar_one()
+        bob.role = "site_admin"
+        for name in ("bob-000", "alice-011"):
+            db.session.execute(db.select(Run).filter_by(name=name)).scalar_one().status = "queued"
+        db.session.commit()
+    app.config["DIV_CLUSTER_CACHE_SECONDS"] = 60
+    client = app.test_client()
+    sign_in(client, username="bob")
+    with slurm_access.standing_in(CountedSinfo()):
+        pages = [client.get("/cluster").get_data(as_text=True) for _ in range(5)]
+    assert CountedSinfo.asked == 1
+    page = pages[-1]
+    assert page.index("<td>node2</td>") < page.index("<td>node10</td>")
+    assert "<td>gpu, z</td>" in page and "<td>a, b</td>" in page
+    assert '<a href="/runs/bob-000">bob-000</a>' in page
+    assert "<tr><td>alice-011</td>" in page         # another org's: no page of bob's to link
+
+
+def test_the_run_page_says_when_where_who_and_what_it_cost(app):
+    with app.app_context():
+        run = db.session.execute(db.select(Run).filter_by(name="alice-005")).scalar_one()
+        run.started_at = run.created_at + timedelta(seconds=30)
+        run.ended_at = run.started_at + timedelta(minutes=12)
+        run.nodes, run.slurm_job_id, run.cost_micros = "gpu-[1-2]", "4242", 138_333
+        run.status, run.exit_code, run.slurm_state, run.memory_gib = "failed", 9, "OUT_OF_MEMORY", 8
+        db.session.commit()
+    client = app.test_client()
+    sign_in(client)
+    page = client.get("/runs/alice-005").get_data(as_text=True)
+    facts = dict(re.findall(r"<dt>([^<]+)</dt><dd>(.*?)</dd>", page, re.S))
+    assert facts["Project"] == "acme-proj" and facts["User"] == "alice"
+    assert facts["Nodes"] == "gpu-[1-2]" and facts["Slurm job"] == "4242"
+    assert facts["Hardware"] == "H100"
+    assert facts["Rate"] == '<span class="money" title="$4.80">$4.80</span>/h'
+    assert facts["Cost"] == '<span class="money" title="$0.138333">$0.14</span>'
+    assert "Cost so far" not in facts
+    assert facts["Started"] == ('<time datetime="2026-11-01T00:05:30Z" title="2026-11-01T00:05:30Z">'
+                                "2026-11-01 00:05 UTC</time>")
+    assert "2026-11-01 00:17 UTC" in facts["Ended"]
+    assert "used more than its 8 GiB of\n    memory: exit code 9 is that kill" in page
+    assert "div run --memory 16G" in page
+    assert "alice-005 ran out of memory (8 GiB)" in page
+
+
+def test_the_runs_list_has_users_local_times_and_says_when_a_filter_matches_nothing(app):
+    client = app.test_client()
+    sign_in(client)
+    page = client.get("/").get_data(as_text=True)
+    assert '<th class="optional">User</th>' in page and '<td class="optional">alice</td>' in page
+    assert '<span class="money" title="$0.08">$0.08</span>' in page
+    nothing = client.get("/?project=nope").get_data(as_text=True)
+    assert "No runs match these filters." in nothing and "No runs yet" not in nothing
+    assert client.get("/favicon.ico").status_code == 200
+    assert client.get("/favicon.ico").mimetype in ("image/vnd.microsoft.icon", "image/x-icon")
 
 
 def test_wrong_passwords_are_slowed_per_user_and_address(app):

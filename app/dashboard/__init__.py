@@ -6,6 +6,7 @@ from app.dashboard import (  # noqa: E402,F401
     admin,
     auth,
     cluster,
+    formats,
     logs,
     runs,
     schedules,

@@ -2,8 +2,6 @@
 polling while any is live) and one run."""
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from flask import flash, g, redirect, render_template, request, url_for
 
 from app.dashboard import bp
@@ -11,19 +9,9 @@ from app.dashboard.auth import login_required
 from app.models import RUN_STATUSES
 from app.services.catalog import catalog
 from app.services.logs import log_window
-from app.services.run_text import format_duration, hardware, header_line, summary_line
+from app.services.run_text import hardware, header_line, summary_line
 from app.services.runs import LIVE, find_run, page_of_runs, run_json, stop_run
 from app.web.request_args import int_arg
-
-
-@bp.app_template_filter("duration")
-def duration_filter(seconds):
-    return "-" if seconds is None else format_duration(seconds)
-
-
-@bp.app_template_filter("timestamp")
-def timestamp_filter(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M")
 
 
 @bp.get("/")
@@ -49,7 +37,7 @@ def run_page(name: str):
     live = run.status in LIVE
     chunks, starts, offsets = log_window(g.user.org, run)
     return render_template("run.html", run=run, doc=run_json(run), header=header_line(run),
-                           summary=summary_line(run), live=live, chunks=chunks,
+                           hw=hardware(run), summary=summary_line(run), live=live, chunks=chunks,
                            starts=starts, offsets=offsets, polling=live)
 
 

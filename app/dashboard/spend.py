@@ -2,18 +2,25 @@
 org's limit and what is left."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 from flask import g, render_template, request
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
+from app.models import utcnow
 from app.services.pricing import format_usd
-from app.services.usage import spend_by_day, usage_report
+from app.services.usage import month_bounds, spend_by_day, usage_report
 
 
 @bp.get("/spend")
 @login_required
 def spend():
-    month = request.args.get("month")
+    month = request.args.get("month") or None
     report = usage_report(g.user.org, month)
     days = spend_by_day(g.user.org, month)
-    return render_template("spend.html", report=report, days=days, usd=format_usd)
+    start, end, _ = month_bounds(month)
+    before = (start - timedelta(days=1)).strftime("%Y-%m")
+    after = end.strftime("%Y-%m") if end <= utcnow() else None
+    return render_template("spend.html", report=report, days=days, usd=format_usd,
+                           before=before, after=after, spent_any=bool(report["projects"]))

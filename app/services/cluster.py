@@ -2,15 +2,17 @@
 free (one sinfo), and the runs of every org still waiting for Slurm."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 import sqlalchemy as sa
+from flask import current_app
 
 from app.extensions import db
 from app.models import Org, Run
 from app.services.errors import Unavailable
 from app.services.run_text import hardware, waiting_text
-from app.services.slurm_access import slurm_client
+from app.services.slurm_access import cached, slurm_client
 from slurm.client import SlurmError
 from slurm.jobspec import SlurmSite
 from slurm.records import NodeRecord
@@ -28,10 +30,21 @@ class GpuCapacity:
 
 
 def cluster_nodes() -> list[NodeRecord]:
+    """The nodes, by name, each with its partitions in order: from one sinfo
+    every DIV_CLUSTER_CACHE_SECONDS at most per server process, however
+    many admins watch the Cluster page (it refreshes every 5 s)."""
     try:
-        return list(slurm_client().nodes().values())
+        nodes = cached("nodes", current_app.config["DIV_CLUSTER_CACHE_SECONDS"],
+                       lambda: slurm_client().nodes())
     except SlurmError as exc:
         raise Unavailable(f"Slurm did not answer: {exc}") from None
+    return [replace(node, partitions=sorted(node.partitions))
+            for _, node in sorted(nodes.items(), key=lambda item: _natural(item[0]))]
+
+
+def _natural(name: str) -> list:
+    """gpu-2 before gpu-10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def gpu_capacity(nodes: list[NodeRecord], site: SlurmSite) -> list[GpuCapacity]:

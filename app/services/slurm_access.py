@@ -24,7 +24,9 @@ _lock = threading.Lock()
 _clients: dict[Transport, SlurmClient] = {}
 _accounts_known: set[str] = set()
 _stand_in: SlurmClient | None = None
-_max_times: dict[Transport | None, tuple[float, dict[str, int | None]]] = {}
+# What Slurm said of partitions and nodes, kept a few seconds (cached()).
+_cache: dict[tuple[str, Transport | None], tuple[float, object]] = {}
+_cache_lock = threading.Lock()
 log = logging.getLogger("divergent.slurm")
 
 
@@ -45,14 +47,14 @@ def standing_in(client: SlurmClient) -> Iterator[SlurmClient]:
     the block ends, whatever the site file says."""
     global _stand_in
     previous, _stand_in = _stand_in, client
-    _max_times.clear()
+    _cache.clear()
     try:
         yield client
     finally:
         _stand_in = previous
         # What the stand-in's Slurm said is not the site's.
         _accounts_known.clear()
-        _max_times.clear()
+        _cache.clear()
 
 
 def slurm_client() -> SlurmClient:
@@ -111,14 +113,23 @@ def partition_max_minutes(partition: str) -> int | None:
     """The partition's MaxTime in minutes (None: unlimited or unknown), from
     one sinfo every DIV_PARTITION_CACHE_SECONDS at most: a run's --time never
     goes past it."""
-    transport = current_site().transport if _stand_in is None else None
-    now = time.monotonic()
-    cached = _max_times.get(transport)
-    if cached is None or now - cached[0] >= current_app.config["DIV_PARTITION_CACHE_SECONDS"]:
-        try:
-            cached = (now, slurm_client().partition_max_minutes())
-        except SlurmError as exc:
-            log.warning("could not read partitions' MaxTime: %s", exc)
-            return None
-        _max_times[transport] = cached
-    return cached[1].get(partition)
+    try:
+        limits = cached("max_times", current_app.config["DIV_PARTITION_CACHE_SECONDS"],
+                        lambda: slurm_client().partition_max_minutes())
+    except SlurmError as exc:
+        log.warning("could not read partitions' MaxTime: %s", exc)
+        return None
+    return limits.get(partition)
+
+
+def cached(what: str, seconds: float, ask):
+    """ask()'s answer, kept `seconds` per transport in this process; while
+    one caller asks Slurm the others wait for its answer rather than ask
+    too. A SlurmError is not kept."""
+    key = (what, current_site().transport if _stand_in is None else None)
+    with _cache_lock:
+        now = time.monotonic()
+        kept = _cache.get(key)
+        if kept is None or now - kept[0] >= seconds:
+            kept = _cache[key] = (now, ask())
+        return kept[1]

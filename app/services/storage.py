@@ -280,8 +280,11 @@ def volume_summaries(org: Org) -> list[dict]:
                 files = list(_walk_files(folders, ""))
         except NotFound:
             files = []
+        # `div run` keeps a project's code trees under code/ in a volume of their own.
+        code = bool(files) and all(f.path.startswith("code/") for f in files)
         summaries.append({"name": volume.name, "size": sum(f.size for f in files),
-                          "files": len(files), "created_at": volume.created_at.isoformat()})
+                          "files": len(files), "created_at": volume.created_at.isoformat(),
+                          "code": code})
     return summaries
 
 

@@ -28,3 +28,21 @@ document.addEventListener("htmx:oobAfterSwap", (event) => {
   }
   logBefore = null;
 });
+
+// Times come in UTC with their exact moment in <time datetime>; in the
+// reader's own time zone here, as `div ls` prints them, the exact moment
+// (with its zone, and in UTC) on hover.
+const pad = (n) => String(n).padStart(2, "0");
+function localTimes(root) {
+  root.querySelectorAll("time[datetime]").forEach((el) => {
+    const moment = new Date(el.getAttribute("datetime"));
+    if (Number.isNaN(moment.getTime()) || el.dataset.local) return;
+    el.dataset.local = "yes";
+    el.textContent = `${moment.getFullYear()}-${pad(moment.getMonth() + 1)}-${pad(moment.getDate())} ` +
+                     `${pad(moment.getHours())}:${pad(moment.getMinutes())}`;
+    const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    el.title = `${el.textContent}:${pad(moment.getSeconds())} ${zone} (${el.getAttribute("datetime")})`;
+  });
+}
+document.addEventListener("DOMContentLoaded", () => localTimes(document));
+document.addEventListener("htmx:load", (event) => localTimes(event.target));

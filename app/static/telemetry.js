@@ -12,7 +12,14 @@
       if (plots[i]) { plots[i].setData(chart.data); return; }
       const series = [{ label: chart.x }].concat(chart.metrics.map((m, k) => (
         { label: m, stroke: palette[k % palette.length], width: 2, spanGaps: true })));
+      // An x of whole numbers (steps, epochs) gets whole-number ticks only.
+      const whole = chart.data[0].every(Number.isInteger);
+      const xAxis = { label: chart.x };
+      if (whole) {
+        xAxis.incrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 1e6];
+      }
       plots[i] = new uPlot({ width: Math.min(root.clientWidth, 1000), height: 260, series,
+                             axes: [xAxis, { label: chart.metrics.join(", "), size: 60 }],
                              scales: { x: { time: false } } }, chart.data, figure);
     });
   }

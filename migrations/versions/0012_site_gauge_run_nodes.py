@@ -1,4 +1,5 @@
-"""site_gauge: numbers the server processes and the reconciler share for /metrics
+"""site_gauge: numbers the server processes and the reconciler share for
+/metrics; run.nodes
 
 Revision ID: c8d2e3f4a5b6
 Revises: b7c1d2e3f4a5
@@ -21,7 +22,11 @@ def upgrade():
     sa.Column('value', sa.Float(), nullable=False),
     sa.PrimaryKeyConstraint('name', name=op.f('pk_site_gauge'))
     )
+    with op.batch_alter_table('run', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('nodes', sa.String(length=255), nullable=True))
 
 
 def downgrade():
+    with op.batch_alter_table('run', schema=None) as batch_op:
+        batch_op.drop_column('nodes')
     op.drop_table('site_gauge')

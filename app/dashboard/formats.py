@@ -1,0 +1,51 @@
+"""How the dashboard writes times, money and sizes: as the CLI does, with
+the exact value on hover. Times are written in UTC with their exact
+moment in <time datetime>; dashboard.js rewrites them in the reader's own
+time zone (without JavaScript they stay UTC, and say so)."""
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from markupsafe import Markup, escape
+
+from app.dashboard import bp
+from app.models import iso_utc
+from app.services.pricing import format_usd, usd_text
+from app.services.pricing import micros as to_micros
+from app.services.run_text import format_duration
+from cli.units import format_bytes
+
+
+@bp.app_template_filter("duration")
+def duration_filter(seconds):
+    return "-" if seconds is None else format_duration(seconds)
+
+
+@bp.app_template_filter("when")
+def when_filter(moment: datetime | float | None) -> Markup:
+    """2026-12-01 05:41 UTC, the whole moment on hover."""
+    if moment is None:
+        return Markup("-")
+    if not isinstance(moment, datetime):
+        moment = datetime.fromtimestamp(moment, UTC)
+    exact = iso_utc(moment.astimezone(UTC).replace(microsecond=0))
+    return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(
+        exact, moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"))
+
+
+@bp.app_template_filter("money")
+def money_filter(micros: int | str | None) -> Markup:
+    """$0.14 (to the cent), the exact amount on hover: $0.138333. From
+    micro-dollars, or the API's dollars as text ("0.138333")."""
+    if micros is None:
+        return Markup("-")
+    if isinstance(micros, str):
+        micros = to_micros(micros)
+    return Markup('<span class="money" title="${}">{}</span>').format(
+        usd_text(micros), format_usd(micros))
+
+
+@bp.app_template_filter("size")
+def size_filter(size: int) -> Markup:
+    """101 B, 1.9 KB (as `div storage ls`), the bytes on hover."""
+    return Markup('<span title="{} bytes">{}</span>').format(f"{size:,}", escape(format_bytes(size)))
