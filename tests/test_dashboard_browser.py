@@ -6,6 +6,7 @@ Screenshots of each page go to DIV_SCREENSHOTS (artifacts/screenshots)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,50 @@ def test_a_site_admin_sees_the_cluster(stack, project, browser):
     page.close()
     assert stack.div("schedule", "rm", "weekly-eval", cwd=project).returncode == 0
     stack.div("stop", "holds-two-h200", cwd=project)
+
+
+PAGES = ("/", "/runs/{run}", "/runs/{run}/telemetry", "/volumes", "/spend", "/schedules",
+         "/settings", "/cluster", "/admin")
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+def test_every_page_fits_the_screen_and_shows_local_times(stack, project, browser, width):
+    """A desktop and a phone: no page is wider than the screen, the nav is a
+    few lines at most, times are the reader's (Europe/Berlin here), and
+    nothing the pages ask for is missing (the favicon included)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    if "layout-admin" not in stack.flask("users").stdout:
+        stack.flask("create-user", "e2e", "layout-admin", "--role", "site_admin")
+    stack.flask("set-password", "layout-admin", "--password", PASSWORD)
+    done = stack.div("run", "--gpu", "cpu", "--no-upload", "--name", f"layout-{width}",
+                     "--", "echo one; echo two >&2", cwd=project)
+    assert done.returncode == 0, done.stderr
+    started_utc = stack.run_json(f"layout-{width}")["started_at"]
+
+    context = browser.new_context(viewport={"width": width, "height": 860},
+                                  timezone_id="Europe/Berlin")
+    page = context.new_page()
+    missing = []
+    page.on("response", lambda r: r.status == 404 and missing.append(r.url))
+    page.goto(f"{stack.url}/login")
+    page.fill("input[name=username]", "layout-admin")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Runs")
+    for path in PAGES:
+        page.goto(stack.url + path.format(run=f"layout-{width}"))
+        page.wait_for_load_state("networkidle")
+        name = path.strip("/").replace("/", "-").replace("{run}", "one") or "runs"
+        page.screenshot(path=SHOTS / f"{name}-{width}.png", full_page=True)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width, path
+        assert page.locator("header.top").bounding_box()["height"] < 130, path
+    assert missing == []
+
+    # The run's page: its start in Berlin time (UTC+1 in December), exact on hover.
+    page.goto(f"{stack.url}/runs/layout-{width}")
+    started = page.locator("dt:text-is('Started') + dd time")
+    hour = int(started_utc[11:13])
+    expect(started).to_have_text(re.compile(rf" {(hour + 1) % 24:02d}:{started_utc[14:16]}$"))
+    assert "Europe/Berlin" in started.get_attribute("title")
+    assert started.get_attribute("datetime") == started_utc.split(".")[0].removesuffix("Z") + "Z"
+    context.close()
