@@ -8,7 +8,12 @@ HTTP server in a thread."""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import signal
+import subprocess
 import threading
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -20,6 +25,7 @@ from app.services.orgs import get_or_create_org, get_or_create_user
 from app.services.volumes import ensure_volume
 from cli.main import cli
 from cli.progress import Progress
+from tests.stack import VENV_BIN
 from tests.test_money import last_line
 
 LINES = "for i in $(seq 1 40); do echo out-$i; echo err-$i >&2; done"
@@ -69,6 +75,16 @@ def test_ls_filters_logs_tail_stop_many_open_and_rerun(stack, project):
     assert table[0].split()[:4] == ["NAME", "PROJECT", "USER", "STATUS"]
     assert table[1].split()[2] == "e2e-second"
 
+    # Ctrl-C on `div logs -f` leaves the run going and says how to follow it again.
+    following = subprocess.Popen([str(VENV_BIN / "div"), "logs", "theirs-a", "-f"], cwd=project,
+                                 env=second, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(3)
+    following.send_signal(signal.SIGINT)
+    _, said = following.communicate(timeout=30)
+    assert following.returncode == 0
+    assert "stopped following; theirs-a goes on.\n  follow it again: div logs theirs-a -f\n" \
+           "  stop it:         div stop theirs-a" in said.decode()
+
     # One stop for several runs; a name that is not a run says so, the rest stop.
     stopped = stack.div("stop", "theirs-a", "no-such-run", "theirs-b", cwd=project)
     assert stopped.returncode == 1
@@ -80,6 +96,23 @@ def test_ls_filters_logs_tail_stop_many_open_and_rerun(stack, project):
     opened = stack.div("open", "tally", cwd=project)
     assert opened.stdout.decode() == f"{stack.url}/runs/tally\n"
     assert stack.div("open", "nope", cwd=project).returncode == 1
+
+
+def test_on_a_terminal_div_run_gives_the_runs_page(stack, project):
+    """A person watching gets the page's address; a script's stderr is the
+    docs' lines alone."""
+    terminal, other_end = pty.openpty()
+    done = subprocess.run([str(VENV_BIN / "div"), "run", "--gpu", "cpu", "--no-upload", "-d",
+                           "--name", "on-a-tty", "--", "true"], cwd=project, env=stack.div_env(),
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=other_end,
+                          timeout=60)
+    os.close(other_end)
+    said = os.read(terminal, 4096).decode()
+    os.close(terminal)
+    assert done.returncode == 0 and done.stdout == b"on-a-tty\n"
+    assert f"view it: {stack.url}/runs/on-a-tty" in said
+    piped = stack.div("run", "--gpu", "cpu", "--no-upload", "-d", "--", "true", cwd=project)
+    assert b"view it" not in piped.stderr
 
 
 def test_the_last_line_names_the_checks_that_failed_and_what_they_saw(stack, project):
