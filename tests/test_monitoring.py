@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.extensions import db
 from app.models import Project, utcnow
-from app.services import site_gauges, slurm_access
+from app.services import follow_slots, site_gauges, slurm_access
 from app.services.follow_slots import take_follower_slot
 from app.services.keys import create_key
 from app.services.orgs import get_or_create_org, get_or_create_user
@@ -88,7 +88,8 @@ def test_runs_queue_spend_reconciler_slurm_errors_and_followers(site):
     assert m[("divergent_spend_limit_dollars", (("org", "acme"),))] == 100
     assert ("divergent_spend_limit_dollars", (("org", "other"),)) not in m
     assert m[("divergent_reconciler_lag_seconds", ())] == -1           # never cycled
-    assert m[("divergent_log_followers", ())] == 0
+    # This process's followers: other tests' streams may still hold slots.
+    followers = sum(follow_slots._by_org.values())
 
     site_gauges.record_cycle(0.25)
     site_gauges.record_cycle(0.5)
@@ -104,10 +105,10 @@ def test_runs_queue_spend_reconciler_slurm_errors_and_followers(site):
     with app.test_request_context():
         give_back = take_follower_slot(1)
         _, m = scrape(app, TOKEN)
-        assert m[("divergent_log_followers", ())] == 1
+        assert m[("divergent_log_followers", ())] == followers + 1
         give_back()
     _, m = scrape(app, TOKEN)
-    assert m[("divergent_log_followers", ())] == 0
+    assert m[("divergent_log_followers", ())] == followers
     assert m[("divergent_reconciler_cycles_total", ())] == 2
     assert m[("divergent_reconciler_cycle_seconds", ())] == 0.5
     assert 0 <= m[("divergent_reconciler_lag_seconds", ())] < 5
