@@ -59,6 +59,8 @@ def create_app(test_config: dict | None = None, instance_path: str | None = None
     from app.dashboard import bp as dashboard_bp
     app.register_blueprint(dashboard_bp)
     from app.web.metrics import bp as metrics_bp
+    from app.web.metrics import check_token
+    check_token(app.config)
     app.register_blueprint(metrics_bp)
 
     # Browsers ask for it at the root, whatever the page says.

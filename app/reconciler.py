@@ -82,8 +82,9 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None,
         if state_dir is not None and run.secrets_sealed:
             remove_secrets_file(state_dir)
         run.slurm_state = record.state
-        # A node failure or preemption ends a job 0:0: the run has no code of its own.
-        run.exit_code = None if status == "failed" and not record.exit_code else record.exit_code
+        # A node failure, a preemption or a cancel ends a job 0:0 (scancel's
+        # signal is no code of the run's): only a success's 0 is the run's own.
+        run.exit_code = record.exit_code if record.exit_code or status == "succeeded" else None
         run.ended_at = _moment(record.end) or utcnow()   # squeue's cancel has no end
     run.status = status
     if record.finished and run.checks:

@@ -13,10 +13,11 @@ from cli.config import resolve
 TIMEOUT = 3
 
 
-def _names(ctx, path: str, key: str, field: str, typed: str, params: dict | None = None):
+def _names(path: str, key: str, field: str, typed: str, params: dict | None = None):
     try:
-        token, api_url = ctx.params.get("token"), ctx.params.get("api_url")
-        settings = resolve(token, api_url)
+        # The configured server only: a --api-url typed (or pasted) on the
+        # line being completed never gets the stored key on a Tab.
+        settings = resolve(None, None)
         items = ApiClient(settings.api_url, settings.token, timeout=TIMEOUT).get(path, params)[key]
     except (click.ClickException, ApiError, ApiUnreachable, KeyError, TypeError, ValueError):
         return []
@@ -25,8 +26,8 @@ def _names(ctx, path: str, key: str, field: str, typed: str, params: dict | None
 
 def run_names(ctx, param, typed: str):
     """The org's 100 newest runs."""
-    return _names(ctx, "/runs", "runs", "name", typed, {"limit": 100})
+    return _names("/runs", "runs", "name", typed, {"limit": 100})
 
 
 def volume_names(ctx, param, typed: str):
-    return _names(ctx, "/volumes", "volumes", "name", typed)
+    return _names("/volumes", "volumes", "name", typed)

@@ -38,6 +38,11 @@ def ls(api, project: str | None, status: str | None, username: str | None, mine:
     if as_json:
         print_json(runs)
         return
+    if not runs:
+        filtered = project or status or username or mine
+        click.echo("no runs match these filters" if filtered else
+                   "no runs yet: start one with div run", err=True)
+        return
     rows = [[r["name"], r["project"], r["user"], r["status"],
              "cpu" if r["gpu"] == "cpu" else f"{r['gpus']} x {r['gpu']}",
              started(r["started_at"]), duration(r["duration"]), dollars(r["cost"]),
@@ -114,7 +119,7 @@ def open_(api, run: str) -> None:
               help="Print the new run as JSON when it ends (with --detach, when it starts).")
 @pass_api
 def rerun(api, run: str, detach: bool, as_json: bool) -> None:
-    """Start a new run of what RUN ran: the same code, command, image,
-    hardware, env, secrets, checks and spend limit; then follow it as
-    `div run` does."""
+    """Start a new run of what RUN ran: the same code (as uploaded then),
+    command, image, hardware, env, secrets, checks, telemetry, mounts and
+    spend limit; then follow it as `div run` does."""
     follow_started(api, start(api, f"/runs/{run}/rerun", {}), detach, as_json)

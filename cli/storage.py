@@ -39,10 +39,12 @@ def storage() -> None:
 
 
 def _volume(ctx, param, value):
-    """VOLUME, which comes before the path: a path given first says so."""
+    """VOLUME, which comes before the path (LOCAL, for put): a path given
+    first says so."""
     if value is not None and "/" in value:
+        then = ctx.command.params[1].human_readable_name
         raise click.BadParameter(f"{value!r} is not a volume's name (a name has no /); the "
-                                 f"volume comes first: div storage {ctx.info_name} VOLUME PATH",
+                                 f"volume comes first: div storage {ctx.info_name} VOLUME {then}",
                                  param_hint="VOLUME")
     return None if value is None else parse_volume(value, hint="VOLUME")
 
@@ -148,7 +150,10 @@ def ls(api: ApiClient, volume: str | None, path: str, as_json: bool) -> None:
 
 
 def _modified(mtime: float) -> str:
-    return started(datetime.fromtimestamp(mtime, UTC).isoformat())
+    try:
+        return started(datetime.fromtimestamp(mtime, UTC).isoformat())
+    except (ValueError, OverflowError, OSError):    # a time a run set past any calendar
+        return str(mtime)
 
 
 def _fetch(api: ApiClient, volume: str, entry: dict, local: Path, progress: Progress) -> bool:
@@ -242,8 +247,10 @@ def _is_folder(api: ApiClient, volume: str, path: str) -> bool:
     for the delete to say."""
     try:
         return api.get(f"/volumes/{volume}/ls", {"path": path})["entry"]["type"] != "file"
-    except ApiError:
-        return False
+    except ApiError as exc:
+        if exc.status in (400, 404):
+            return False
+        raise
 
 
 def _confirm(what: str) -> None:

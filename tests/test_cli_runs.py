@@ -74,6 +74,10 @@ def test_ls_filters_logs_tail_stop_many_open_and_rerun(stack, project):
     table = stack.div("ls", "--user", "e2e-second", cwd=project).stdout.decode().splitlines()
     assert table[0].split()[:4] == ["NAME", "PROJECT", "USER", "STATUS"]
     assert table[1].split()[2] == "e2e-second"
+    nobody = stack.div("ls", "--user", "nobody", cwd=project)
+    assert nobody.returncode == 1 and nobody.stderr == b"no user named 'nobody' in e2e\n"
+    none = stack.div("ls", "--project", "nothing-here", cwd=project)
+    assert none.returncode == 0 and none.stderr == b"no runs match these filters\n"
 
     # Ctrl-C on `div logs -f` leaves the run going and says how to follow it again.
     following = subprocess.Popen([str(VENV_BIN / "div"), "logs", "theirs-a", "-f"], cwd=project,
@@ -155,11 +159,12 @@ def div(*args: str, **kwargs):
     return CliRunner().invoke(cli, list(args), prog_name="div", **kwargs)
 
 
-def test_an_api_url_ending_in_api_says_what_to_change(served, monkeypatch):
-    monkeypatch.setenv("DIV_API_URL", served + "/api")
+@pytest.mark.parametrize("suffix", ["/api", "/api/v1"])
+def test_an_api_url_ending_in_api_says_what_to_change(served, monkeypatch, suffix):
+    monkeypatch.setenv("DIV_API_URL", served + suffix)
     listed = div("ls")
     assert listed.exit_code == 1
-    assert listed.output.startswith("nothing at /api/api/v1/runs: the API is under /api/v1/, "
+    assert listed.output.startswith(f"nothing at {suffix}/api/v1/runs: the API is under /api/v1/, "
                                     "and the CLI's API URL (DIV_API_URL, --api-url) is the "
                                     "server's address without /api")
 
@@ -168,7 +173,7 @@ def test_usage_errors_name_what_was_wrong(served):
     swapped = div("storage", "put", "../x")
     assert swapped.exit_code == 2
     assert "Invalid value for VOLUME: '../x' is not a volume's name (a name has no /); the " \
-           "volume comes first: div storage put VOLUME PATH" in swapped.output
+           "volume comes first: div storage put VOLUME LOCAL" in swapped.output
     bogus = div("schedule", "create", "--cron", "0 3 * * *", "--", "--bogus", "eval.py")
     assert bogus.exit_code == 2
     assert "Usage: div schedule create [OPTIONS]" in bogus.output
@@ -186,6 +191,8 @@ def test_completion_offers_the_orgs_volumes_and_nothing_without_a_server(served,
 
     assert complete("div storage ls da") == ["datasets"]
     assert complete("div storage ls x") == []
+    # A server typed on the line is not asked (it would get the stored key).
+    assert complete("div storage ls --api-url http://127.0.0.1:9 da") == ["datasets"]
     monkeypatch.setenv("DIV_API_URL", "http://127.0.0.1:9")    # nothing listens
     assert complete("div storage ls ") == []
 
@@ -208,3 +215,13 @@ def test_tail_starts_at_the_start_of_a_line(tmp_path, monkeypatch, content, line
     path = tmp_path / "stdout"
     path.write_bytes(content)
     assert content[logs._line_start_from_end(str(path), lines):] == tail
+
+
+def test_tail_reads_back_no_further_than_its_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(logs, "WINDOW_BYTES", 4)
+    monkeypatch.setattr(logs, "TAIL_SCAN_BYTES", 10)
+    path = tmp_path / "stdout"
+    path.write_bytes(b"x" * 100 + b"\nab\ncd\n")       # the last 10 bytes hold 2 whole lines
+    assert path.read_bytes()[logs._line_start_from_end(str(path), 5):] == b"ab\ncd\n"
+    path.write_bytes(b"y" * 100)                                  # one endless line
+    assert logs._line_start_from_end(str(path), 1) == 90

@@ -288,6 +288,14 @@ def test_the_spend_page_shows_the_month_by_project_and_gpu(app):
     empty = client.get("/spend?month=2026-10").get_data(as_text=True)
     assert "No runs in 2026-10: nothing was spent." in empty and "by-day-data" not in empty
     assert 'rel="next"' not in client.get("/spend").get_data(as_text=True)    # this month
+    first = client.get("/spend?month=0001-01")
+    assert first.status_code == 200 and 'rel="prev"' not in first.get_data(as_text=True)
+
+
+def test_a_file_time_past_any_calendar_is_shown_as_it_is(app):
+    from app.dashboard.formats import when_filter
+    assert when_filter(1e12) == "1000000000000.0" and when_filter(float("inf")) == "inf"
+    assert "2026-11-01 00:00 UTC" in when_filter(datetime(2026, 11, 1, tzinfo=UTC).timestamp())
 
 
 def test_settings_create_a_key_once_revoke_it_and_list_members(app):

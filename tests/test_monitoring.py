@@ -71,6 +71,15 @@ def test_only_the_scrape_token_or_a_site_admin_gets_metrics(site):
     assert scrape(app, TOKEN + "x")[0] == 401
     assert scrape(app, TOKEN)[0] == 200
     assert scrape(app, keys["site_admin"])[0] == 200
+    refused = app.test_client().get("/metrics")
+    assert refused.mimetype == "text/plain" and b"scrape token" in refused.data
+
+
+def test_a_short_scrape_token_is_refused_at_start(tmp_path):
+    from app import create_app
+    with pytest.raises(RuntimeError, match="at least 32 characters"):
+        create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db",
+                    "DIV_METRICS_TOKEN": "short"}, instance_path=str(tmp_path / "instance"))
 
 
 def test_runs_queue_spend_reconciler_slurm_errors_and_followers(site):

@@ -70,6 +70,16 @@ def test_a_job_we_cancelled_for_spend_is_budget_exceeded():
     assert r.status == "budget_exceeded"
 
 
+def test_a_canceled_run_has_no_exit_code_of_its_own():
+    """scancel ends the job 0:15: the 0 is not the run's (it did not succeed)."""
+    r = run()
+    settle(r, JobRecord("1", "CANCELLED", start=1, end=61, elapsed_seconds=60, exit_code=0))
+    assert (r.status, r.exit_code) == ("canceled", None)
+    done = run()
+    settle(done, JobRecord("1", "COMPLETED", start=1, end=61, elapsed_seconds=60, exit_code=0))
+    assert (done.status, done.exit_code) == ("succeeded", 0)
+
+
 class ScriptedSlurm:
     """Slurm's answers as the test sets them, standing in for the site's
     client (slurm_access.standing_in): records by job id, jobs by name, and

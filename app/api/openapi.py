@@ -129,7 +129,7 @@ PATHS = {
         "get": op("The org's runs, newest first", answer(obj(runs=array(ref("Run")))), params=[
             query("limit", {"type": "integer", "minimum": 1}), query("project", STRING),
             query("status", {"enum": list(RUN_STATUSES)}), query("user", STRING, "a username"),
-            query("mine", {"enum": ["1", "true"]}, "the key's user's runs")]),
+            query("mine", {"enum": ["0", "1", "true", "false"]}, "the key's user's runs")]),
         "post": op("Start a run", answer(ref("CreatedRun")), "201", json_body(ref("RunRequest")),
                    [IDEMPOTENCY], **RETRIED)},
     "/runs/check": {"post": op("Whether POST /runs would take this run", OK,

@@ -22,7 +22,7 @@ from app.services.runs import (
     run_json,
     stop_run,
 )
-from app.web.request_args import int_arg
+from app.web.request_args import flag_arg, int_arg
 
 
 @bp.post("/runs")
@@ -61,7 +61,7 @@ def runs_check():
 @token_required
 def runs_list():
     """?project=, ?status=, ?user= (a username) and ?mine=1 (the key's user)."""
-    mine = request.args.get("mine", "") in ("1", "true")
+    mine = flag_arg("mine")
     runs = list_runs(g.user.org, limit=int_arg("limit", 20, minimum=1),
                      project=request.args.get("project"), status=request.args.get("status"),
                      username=g.user.username if mine else request.args.get("user"))

@@ -27,7 +27,10 @@ def when_filter(moment: datetime | float | None) -> Markup:
     if moment is None:
         return Markup("-")
     if not isinstance(moment, datetime):
-        moment = datetime.fromtimestamp(moment, UTC)
+        try:
+            moment = datetime.fromtimestamp(moment, UTC)
+        except (ValueError, OverflowError, OSError):   # a file time a run set past any calendar
+            return escape(str(moment))
     exact = iso_utc(moment.astimezone(UTC).replace(microsecond=0))
     return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(
         exact, moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"))

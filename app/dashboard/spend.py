@@ -20,7 +20,8 @@ def spend():
     report = usage_report(g.user.org, month)
     days = spend_by_day(g.user.org, month)
     start, end, _ = month_bounds(month)
-    before = (start - timedelta(days=1)).strftime("%Y-%m")
+    before = None if start.year == 1 and start.month == 1 else \
+        (start - timedelta(days=1)).strftime("%Y-%m")
     after = end.strftime("%Y-%m") if end <= utcnow() else None
     return render_template("spend.html", report=report, days=days, usd=format_usd,
                            before=before, after=after, spent_any=bool(report["projects"]))

@@ -182,8 +182,10 @@ def log_window(org: Org, run: Run, ends: dict[str, int] | None = None):
     return chunks, starts, stops
 
 
-# `div logs --tail N`: at most this many lines of each stream.
+# `div logs --tail N`: at most this many lines of each stream, found in at
+# most the last TAIL_SCAN_BYTES (a log of one endless line is not read whole).
 MAX_TAIL_LINES = 100_000
+TAIL_SCAN_BYTES = 16 << 20
 
 
 def tail_offsets(org: Org, run: Run, lines: int) -> dict[str, int]:
@@ -195,28 +197,29 @@ def tail_offsets(org: Org, run: Run, lines: int) -> dict[str, int]:
 
 
 def _line_start_from_end(path: str, lines: int) -> int:
+    """Past TAIL_SCAN_BYTES back, the first line that starts within them."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:
         return 0
     with f:
         end = pos = f.seek(0, os.SEEK_END)
+        floor = max(0, end - TAIL_SCAN_BYTES)
         # A last line without its newline yet is a line too.
         wanted = lines + (1 if end and _byte_at(f, end - 1) == b"\n" else 0)
-        while pos > 0 and wanted > 0:
-            start = max(0, pos - WINDOW_BYTES)
+        earliest = None
+        while pos > floor:
+            start = max(floor, pos - WINDOW_BYTES)
             f.seek(start)
             block = f.read(pos - start)
             cut = len(block)
-            while wanted > 0:
-                cut = block.rfind(b"\n", 0, cut)
-                if cut < 0:
-                    break
+            while wanted > 0 and (cut := block.rfind(b"\n", 0, cut)) >= 0:
                 wanted -= 1
+                earliest = start + cut + 1
             if wanted == 0:
-                return start + cut + 1
+                return earliest
             pos = start
-        return 0
+        return earliest if floor and earliest is not None else floor
 
 
 def _byte_at(f, offset: int) -> bytes:

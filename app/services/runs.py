@@ -539,7 +539,11 @@ def list_runs(org: Org, limit: int = 20, project: str | None = None,
     if status:
         query = query.filter(Run.status == status)
     if username:
-        query = query.join(User, Run.user_id == User.id).filter(User.username == username)
+        user_id = db.session.execute(db.select(User.id).filter_by(
+            org_id=org.id, username=username)).scalar_one_or_none()
+        if user_id is None:
+            raise NotFound(f"no user named {username!r} in {org.name}")
+        query = query.filter(Run.user_id == user_id)
     query = query.order_by(Run.created_at.desc(), Run.id.desc()).limit(max(1, min(limit, 500)))
     return list(db.session.execute(query).scalars())
 

@@ -6,6 +6,7 @@ keeps its count; and log followers, one small file per server process,
 summed over the processes still alive."""
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -83,7 +84,8 @@ def followers_now() -> int:
         try:
             os.kill(int(name), 0)
         except ProcessLookupError:
-            os.unlink(os.path.join(folder, name))
+            with contextlib.suppress(FileNotFoundError):    # another scrape was first
+                os.unlink(os.path.join(folder, name))
             continue
         except PermissionError:
             pass   # alive, another user's

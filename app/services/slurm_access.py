@@ -17,7 +17,7 @@ from app.models import Org
 from app.services.errors import Unavailable
 from app.services.site import Site, SiteConfigError, Transport, load_site
 from app.services.site_gauges import count_slurm_error
-from slurm.client import SlurmClient, SlurmError
+from slurm.client import SlurmClient, SlurmError, SubmitRefused
 from slurm.jobspec import SlurmSite
 
 _lock = threading.Lock()
@@ -27,6 +27,7 @@ _stand_in: SlurmClient | None = None
 # What Slurm said of partitions and nodes, kept a few seconds (cached()).
 _cache: dict[tuple[str, Transport | None], tuple[float, object]] = {}
 _cache_lock = threading.Lock()
+_cache_locks: dict[tuple[str, Transport | None], threading.Lock] = {}
 log = logging.getLogger("divergent.slurm")
 
 
@@ -69,8 +70,10 @@ def slurm_client() -> SlurmClient:
 
 
 class Counted:
-    """A SlurmClient whose calls that raise SlurmError are counted by call
-    (divergent_slurm_call_errors_total); everything else passes through."""
+    """A SlurmClient whose calls that fail are counted by call
+    (divergent_slurm_call_errors_total): Slurm down, slow or saying it
+    cannot; not a job it refuses, which a user can ask for at will.
+    Everything else passes through."""
 
     def __init__(self, client: SlurmClient):
         self._client = client
@@ -83,6 +86,8 @@ class Counted:
         def counted(*args, **kwargs):
             try:
                 return value(*args, **kwargs)
+            except SubmitRefused:
+                raise           # Slurm answered: it will not take what a user asked for
             except SlurmError:
                 try:
                     count_slurm_error(name)
@@ -124,12 +129,24 @@ def partition_max_minutes(partition: str) -> int | None:
 
 def cached(what: str, seconds: float, ask):
     """ask()'s answer, kept `seconds` per transport in this process; while
-    one caller asks Slurm the others wait for its answer rather than ask
-    too. A SlurmError is not kept."""
+    one caller asks Slurm the others wanting the same wait for its answer
+    rather than ask too (each kind of answer has a lock of its own). When
+    Slurm does not answer, what it said last is served if there is one."""
     key = (what, current_site().transport if _stand_in is None else None)
     with _cache_lock:
-        now = time.monotonic()
+        lock = _cache_locks.setdefault(key, threading.Lock())
+    with lock:
         kept = _cache.get(key)
-        if kept is None or now - kept[0] >= seconds:
-            kept = _cache[key] = (now, ask())
-        return kept[1]
+        if kept is not None and time.monotonic() - kept[0] < seconds:
+            return kept[1]
+        try:
+            answer = ask()
+        except SlurmError as exc:
+            if kept is None:
+                raise
+            log.warning("Slurm did not answer (%s); using what it said before", exc)
+            # The others wait out `seconds` on it too, not a timeout each.
+            _cache[key] = (time.monotonic(), kept[1])
+            return kept[1]
+        _cache[key] = (time.monotonic(), answer)
+        return answer

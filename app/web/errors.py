@@ -36,7 +36,8 @@ def handle_http_error(exc: HTTPException):
 def _nothing_at(path: str) -> str:
     """An address no route has, said so that a client set up with the
     wrong one (DIV_API_URL=https://host/api) knows what to change."""
-    if path.startswith("/api/") and not path.startswith("/api/v1/"):
+    doubled = path.startswith("/api/") and "/api/v1/" in path[len("/api/v1"):]
+    if path.startswith("/api/") and (doubled or not path.startswith("/api/v1/")):
         return (f"nothing at {path}: the API is under /api/v1/, and the CLI's API URL "
                 "(DIV_API_URL, --api-url) is the server's address without /api")
     return f"nothing at {path}"

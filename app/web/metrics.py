@@ -11,17 +11,24 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.api.auth import count_wrong_key
 from app.dashboard.auth import signed_in_user
-from app.services.keys import api_key_for
+from app.services import throttle
+from app.services.keys import api_key_for, key_prefix
 from app.services.monitoring import exposition
-from app.web.errors import error_response
 
 bp = Blueprint("metrics", __name__)
+
+
+# A scrape token shorter than this is refused when the app starts: it
+# could be guessed.
+MIN_TOKEN_LENGTH = 32
 
 
 @bp.get("/metrics")
 def metrics():
     if not _allowed():
-        return error_response(401, "metrics are for the site's scrape token or a site admin")
+        # Plain text for a scraper, as its answers are.
+        return Response("metrics are for the site's scrape token or a site admin\n", 401,
+                        content_type="text/plain; charset=utf-8")
     return Response(exposition(), content_type=CONTENT_TYPE_LATEST,
                     headers={"Cache-Control": "no-store"})
 
@@ -30,6 +37,8 @@ def _allowed() -> bool:
     scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
     presented = presented.strip()
     if scheme.lower() == "bearer" and presented:
+        # An address (or key) past its wrong tries gets 429, whatever it sends now.
+        throttle.check([throttle.key_subject(key_prefix(presented), request.remote_addr)])
         token = current_app.config["DIV_METRICS_TOKEN"]
         if token and hmac.compare_digest(presented.encode(), token.encode()):
             return True
@@ -39,3 +48,10 @@ def _allowed() -> bool:
         return row is not None and row.user.role == "site_admin"
     user = signed_in_user()
     return user is not None and user.role == "site_admin"
+
+
+def check_token(config) -> None:
+    token = config.get("DIV_METRICS_TOKEN") or ""
+    if token and len(token) < MIN_TOKEN_LENGTH:
+        raise RuntimeError(f"DIV_METRICS_TOKEN must be at least {MIN_TOKEN_LENGTH} characters "
+                           "(make one with: openssl rand -hex 32)")

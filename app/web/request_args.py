@@ -25,6 +25,14 @@ def int_arg(name: str, default: int | None, minimum: int = 0) -> int | None:
     return int(raw)
 
 
+def flag_arg(name: str) -> bool:
+    """?name=1 or true (or 0, false, absent: no)."""
+    raw = request.args.get(name, "")
+    if raw not in ("", "0", "1", "true", "false"):
+        raise Invalid(f"?{name}= is 1 or 0, not {raw[:40]!r}")
+    return raw in ("1", "true")
+
+
 def json_object() -> dict:
     """The request's body as a JSON object, or a 400 that says so."""
     body = request.get_json(silent=True)

@@ -1,5 +1,4 @@
-"""site_gauge: numbers the server processes and the reconciler share for
-/metrics; run.nodes
+"""site_gauge: numbers the server processes and the reconciler share for /metrics
 
 Revision ID: c8d2e3f4a5b6
 Revises: b7c1d2e3f4a5
@@ -22,11 +21,7 @@ def upgrade():
     sa.Column('value', sa.Float(), nullable=False),
     sa.PrimaryKeyConstraint('name', name=op.f('pk_site_gauge'))
     )
-    with op.batch_alter_table('run', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('nodes', sa.String(length=255), nullable=True))
 
 
 def downgrade():
-    with op.batch_alter_table('run', schema=None) as batch_op:
-        batch_op.drop_column('nodes')
     op.drop_table('site_gauge')
