@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FLASK_APP := wsgi.py
 
-.PHONY: up install test test-fast lint down cluster s3 postgres test-tools node-torch pyslurm
+.PHONY: up install test test-fast lint down bench cluster s3 postgres test-tools node-torch pyslurm
 
 # The server, the reconciler and their admin commands run as the service
 # user (scripts/services); the key file for the developer is copied out.
@@ -41,6 +41,10 @@ test: lint cluster s3 postgres test-tools
 # the others `cluster`): under a minute, for the loop while editing.
 test-fast: lint postgres
 	$(BIN)/pytest -m "not cluster" -q
+
+# Every benchmark in bench/ on the dev stack, then one table (bench/all.py).
+bench: up pyslurm test-tools
+	$(BIN)/python bench/all.py
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -2,9 +2,11 @@
 the real `div` run as a subprocess against them."""
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,3 +35,14 @@ def summary(samples: list[float]) -> str:
     p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
     return (f"median {statistics.median(ordered) * 1000:7.1f} ms  p95 {p95 * 1000:7.1f} ms  "
             f"(n={len(ordered)})")
+
+
+def record(figure: str, value: str, goal: str = "", baseline: str = "", ratio: str = "") -> None:
+    """One row of `make bench`'s table (bench/all.py collects them from
+    DIV_BENCH_RESULTS); a benchmark run by hand prints its own lines only."""
+    path = os.environ.get("DIV_BENCH_RESULTS")
+    if path:
+        row = {"bench": Path(sys.argv[0]).stem, "figure": figure, "goal": goal,
+               "value": value, "baseline": baseline, "ratio": ratio}
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")

@@ -37,7 +37,7 @@ from app.extensions import db  # noqa: E402
 from app.models import Org, Project, Run, User  # noqa: E402
 from app.services.runs import run_dir  # noqa: E402
 from bench.app_setup import bench_app  # noqa: E402
-from bench.common import ROOT  # noqa: E402
+from bench.common import ROOT, record  # noqa: E402
 
 REQUESTS = 200
 CLIENTS = 8
@@ -202,6 +202,8 @@ def main() -> None:
             floor = " (at least: a timeout counts as 5 s)" if outcomes["timeouts"] else ""
             print(f"with followers / baseline: p50 {p50 / base50:.0f}x, "
                   f"p95 {p95 / base95:.0f}x{floor}")
+            record("API answer (p95) while followers hold the server", f"{p95 * 1000:.1f} ms", "",
+                   f"no followers {base95 * 1000:.1f} ms", f"{p95 / base95:.0f}x")
             print("followers: " + ", ".join(f"{count} {state}" for state, count
                                             in sorted(followers.states.items()) if count))
             followers.stop.set()

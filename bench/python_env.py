@@ -15,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import record  # noqa: E402
 from slurm.script import PYTHON_ENV  # noqa: E402
 
 ROUNDS = 20
@@ -42,6 +43,8 @@ def main() -> None:
     print(f"sandbox alone            median {b * 1000:6.1f} ms")
     print(f"sandbox + Python env     median {e * 1000:6.1f} ms")
     print(f"the Python env costs     {(e - b) * 1000:6.1f} ms a node ({e / b:.2f}x the bare sandbox)")
+    record("a run's Python environment, a node", f"{(e - b) * 1000:.1f} ms", "",
+           f"bare sandbox {b * 1000:.1f} ms", f"{e / b:.2f}x")
 
 
 if __name__ == "__main__":

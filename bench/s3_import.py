@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import DIV, ROOT, div_env  # noqa: E402
+from bench.common import DIV, ROOT, div_env, record  # noqa: E402
 from tests.buckets import s3_client  # noqa: E402
 
 SHARE = ROOT / "instance" / "data" / "share" / "dev"
@@ -105,6 +105,8 @@ def main() -> None:
     print(f"1 GiB in 16 x 64 MiB: boto3 download_file {rate(base)}")
     for label, samples in (("div storage import", whole), ("its transfer alone", alone)):
         ratios = sorted(t / o * 100 for o, t in zip(samples, theirs, strict=True))
+        record(f"{label}, 1 GiB in 16 x 64 MiB", rate(statistics.median(samples)), "",
+               f"boto3 download_file {rate(base)}", f"{statistics.median(ratios):.0f}%")
         print(f"{label:22s} {rate(statistics.median(samples))} = "
               f"{statistics.median(ratios):5.1f}% of boto3's rate "
               f"(rounds: {', '.join(f'{r:.0f}%' for r in ratios)})")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import record  # noqa: E402
 from slurm.client import SlurmClient  # noqa: E402
 from slurm.pyslurm_client import PyslurmClient  # noqa: E402
 from slurm.transport import SSHTransport  # noqa: E402
@@ -78,6 +79,9 @@ def main() -> None:
     for way, (seconds, found) in results.items():
         print(f"{way:28s} {seconds * 1000:7.1f} ms {found:6d} {baseline / seconds:17.1f}x")
     pyslurm_ratio = baseline / results["pyslurm"][0]
+    record(f"one reconciler query of {JOBS} live jobs, pyslurm",
+           f"{results['pyslurm'][0] * 1000:.1f} ms", ">= 5x faster",
+           f"squeue + sacct {baseline * 1000:.1f} ms", f"{pyslurm_ratio:.1f}x faster")
     print(f"\npyslurm is {pyslurm_ratio:.1f}x faster than squeue + sacct (target: 5x) "
           f"{'PASS' if pyslurm_ratio >= 5 else 'FAIL'}")
     print("the cancelled jobs leave the controller in 300 s (MinJobAge)", file=sys.stderr)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import record  # noqa: E402
 from slurm.client import SlurmClient  # noqa: E402
 from slurm.jobspec import JobSpec, SlurmSite  # noqa: E402
 from slurm.records import parse_sacct  # noqa: E402
@@ -82,6 +83,10 @@ def main() -> None:
     print(f"adapter submit          median {ours_ms:7.1f} ms  ratio {ours_ms / raw_ms:.2f}x (target <= 1.2x)")
     print(f"submit -> RUNNING       median {statistics.median(to_running) * 1e3:7.1f} ms")
     print(f"parse 10,000 sacct rows median {statistics.median(parse_times) * 1e3:7.1f} ms (target < 100 ms)")
+    record("one submit through the adapter", f"{ours_ms:.1f} ms", "<= 1.2x raw sbatch",
+           f"raw sbatch {raw_ms:.1f} ms", f"{ours_ms / raw_ms:.2f}x")
+    record("submit -> RUNNING", f"{statistics.median(to_running) * 1e3:.0f} ms")
+    record("parse 10,000 sacct rows", f"{statistics.median(parse_times) * 1e3:.1f} ms", "< 100 ms")
 
 
 if __name__ == "__main__":

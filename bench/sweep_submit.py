@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import record  # noqa: E402
 from slurm.client import SlurmClient  # noqa: E402
 from slurm.jobspec import ArrayMember, JobSpec, SlurmSite  # noqa: E402
 from slurm.script import render_batch_script  # noqa: E402
@@ -68,6 +69,11 @@ def main() -> None:
           f"{singles_ms / array_ms:5.1f}x faster than {MEMBERS} singles")
     print(f"  raw sbatch --array         {raw_ms:8.1f} ms   "
           f"divergent's array is {array_ms / raw_ms:.2f}x raw sbatch")
+    record(f"a {MEMBERS}-member sweep, one job array", f"{array_ms:.1f} ms", "",
+           f"{MEMBERS} single submissions {singles_ms:.1f} ms",
+           f"{singles_ms / array_ms:.1f}x faster")
+    record(f"a {MEMBERS}-member sweep vs raw sbatch --array", f"{array_ms:.1f} ms", "",
+           f"raw sbatch --array {raw_ms:.1f} ms", f"{array_ms / raw_ms:.2f}x")
 
 
 if __name__ == "__main__":
