@@ -105,8 +105,8 @@ def main() -> None:
     print(f"1 GiB in 16 x 64 MiB: boto3 download_file {rate(base)}")
     for label, samples in (("div storage import", whole), ("its transfer alone", alone)):
         ratios = sorted(t / o * 100 for o, t in zip(samples, theirs, strict=True))
-        record(f"{label}, 1 GiB in 16 x 64 MiB", rate(statistics.median(samples)), "",
-               f"boto3 download_file {rate(base)}", f"{statistics.median(ratios):.0f}%")
+        record(f"{label}, 1 GiB in 16 x 64 MiB", rate(statistics.median(samples)).strip(), "",
+               f"boto3 download_file {rate(base).strip()}", f"{statistics.median(ratios):.0f}%")
         print(f"{label:22s} {rate(statistics.median(samples))} = "
               f"{statistics.median(ratios):5.1f}% of boto3's rate "
               f"(rounds: {', '.join(f'{r:.0f}%' for r in ratios)})")

@@ -153,7 +153,8 @@ class ApiClient:
         """Appends the file's bytes from `offset` to `out` (a Range request),
         calling progress(n) as they arrive; returns the whole file's sha256
         and length as the server gave them, for the caller to check: an
-        early close reads as the end of the body."""
+        early close reads as the end of the body. A server that sends the
+        whole file instead has `out` rewound (seek(0), truncate())."""
         headers = {"Range": f"bytes={offset}-"} if offset else {}
         response = self._request("GET", path, params=params, headers=headers)
         if offset and response.status != 206:
@@ -161,10 +162,13 @@ class ApiClient:
             out.truncate()
         whole = response.getheader("Content-Range", "").rpartition("/")[2]
         length = int(whole) if whole.isdigit() else int(response.getheader("Content-Length", -1))
+        # One buffer for the whole body: readinto() copies from the socket
+        # once, where read() would make a new bytes object a chunk.
+        view = memoryview(bytearray(CHUNK))
         try:
-            while chunk := response.read(CHUNK):
-                out.write(chunk)
-                progress(len(chunk))
+            while received := response.readinto(view):
+                out.write(view[:received])
+                progress(received)
         except (OSError, http.client.HTTPException) as exc:
             raise ApiUnreachable(f"lost the API at {self.url}: {_reason(exc)}") from None
         return response.getheader("X-Div-Sha256", ""), length

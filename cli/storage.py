@@ -2,6 +2,7 @@
 (product-docs/volumes-guide.txt)."""
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import sys
@@ -19,7 +20,7 @@ from cli.flags import parse_volume
 from cli.output import count, print_json, started, table
 from cli.progress import Progress
 from cli.units import format_bytes
-from cli.upload import LocalFile, file_sha256, hash_files, regular_files, walk_files
+from cli.upload import LocalFile, hash_files, regular_files, walk_files
 
 PARALLEL = 8
 # Small files travel many to a request, as one tar stream: a request per
@@ -158,7 +159,8 @@ def _modified(mtime: float) -> str:
 
 def _fetch(api: ApiClient, volume: str, entry: dict, local: Path, progress: Progress) -> bool:
     """Downloads one file unless it is already complete; resumes a partial
-    one (local.div-part). Returns whether bytes were fetched."""
+    one (local.div-part). Returns whether bytes were fetched. The bytes are
+    hashed as they are written, so the check costs no second read."""
     if local.is_file() and local.stat().st_size == entry["size"] \
             and int(local.stat().st_mtime) == int(entry["mtime"]):
         return False
@@ -167,23 +169,58 @@ def _fetch(api: ApiClient, volume: str, entry: dict, local: Path, progress: Prog
     offset = part.stat().st_size if part.exists() else 0
     if offset >= entry["size"]:
         offset = 0   # complete but never checked, or longer: fetched again
-    with open(part, "ab" if offset else "wb") as out:
+    with HashingWriter(part, resume=bool(offset)) as out:
         sha, length = api.download(f"/volumes/{volume}/files", {"path": entry["path"]}, out,
                                    offset, progress.add)
-    _check_whole(part, entry["path"], sha, length)
+    _check_whole(part, entry["path"], sha, length, out.hexdigest())
     os.replace(part, local)
     os.utime(local, (entry["mtime"], entry["mtime"]))
     return True
 
 
-def _check_whole(part: Path, path: str, sha: str, length: int) -> None:
+class HashingWriter:
+    """A file written (or appended to, after hashing what it holds) whose
+    sha256 is kept as it is written."""
+
+    def __init__(self, path: Path, resume: bool):
+        self._file = open(path, "ab" if resume else "wb")     # closed by __exit__
+        self._digest = hashlib.sha256()
+        if resume:
+            with open(path, "rb") as held:
+                while chunk := held.read(1 << 20):
+                    self._digest.update(chunk)
+
+    def write(self, data) -> None:
+        self._digest.update(data)
+        self._file.write(data)
+
+    def seek(self, offset: int) -> None:
+        """Only back to the start, to be written again whole."""
+        assert offset == 0
+        self._file.seek(0)
+        self._digest = hashlib.sha256()
+
+    def truncate(self) -> None:
+        self._file.truncate()
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._file.close()
+
+
+def _check_whole(part: Path, path: str, sha: str, length: int, written: str) -> None:
     """A download is renamed into place only when it is the whole file: its
     length and sha256 what the server said. A short one stays to resume."""
     size = part.stat().st_size
     if size != length:
         raise click.ClickException(f"{path}: the download stopped after {size} of {length} "
                                    "bytes; run the same get again to resume")
-    if sha and file_sha256(part) != sha:
+    if sha and written != sha:
         part.unlink()
         raise click.ClickException(f"{path}: what arrived does not match the file's sha256 "
                                    "(did it change meanwhile?); nothing was kept, get it again")

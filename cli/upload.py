@@ -119,8 +119,6 @@ def hash_files(root: Path, paths: list[str]) -> list[LocalFile]:
     return [hashed[rel] if rel in hashed else _hash(root, rel) for rel in paths]
 
 
-
-
 def upload(api: ApiClient, volume: str, files: list[LocalFile]) -> dict:
     """Sends what the server lacks and returns the laid-out tree (ref, files,
     bytes). Unchanged code costs one request and no bytes."""
