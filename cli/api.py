@@ -13,7 +13,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Iterator
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from cli.net import proxy_for, tls_context
 
@@ -74,7 +74,9 @@ class ApiClient:
               fresh: bool) -> http.client.HTTPResponse:
         """One request; a kept-alive connection the server has since closed
         is replaced once (one connection per thread: uploads run in parallel)."""
-        target = self._base + path + (f"?{urlencode(params)}" if params else "")
+        # Names in the path are the user's words ("a b", "x?y"): quoted here,
+        # once for every command, never sent as they are.
+        target = self._base + quote(path, safe="/") + (f"?{urlencode(params)}" if params else "")
         for attempt in range(2):
             conn = self._new_connection() if fresh else getattr(self._local, "conn", None)
             reused = conn is not None and not fresh

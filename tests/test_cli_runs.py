@@ -178,6 +178,10 @@ def test_usage_errors_name_what_was_wrong(served):
     assert bogus.exit_code == 2
     assert "Usage: div schedule create [OPTIONS]" in bogus.output
     assert "Error: after --, as div run takes them: No such option '--bogus'" in bogus.output
+    # A name with a space or a ? is a name, quoted in the URL, never a traceback.
+    for odd in ("a b", "x?y=1", "50%"):
+        said = div("logs", odd)
+        assert said.exit_code == 1 and said.output == f"no run named {odd!r}\n", said.output
     assert div("ls", "--mine", "--user", "bob").exit_code == 2
     assert "Invalid value for '--status'" in div("ls", "--status", "lost").output
 
