@@ -260,7 +260,11 @@ def _cycle(holder: str, ttl: float, acting: bool) -> bool:
     started = time.monotonic()
     reconcile_once()
     fire_due()
-    record_cycle(time.monotonic() - started)
+    try:
+        record_cycle(time.monotonic() - started)
+    except Exception:   # a metric not written is not a cycle that failed: no backoff
+        db.session.rollback()
+        log.warning("could not record the cycle for /metrics", exc_info=True)
     return True
 
 

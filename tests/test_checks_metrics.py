@@ -52,6 +52,8 @@ def test_the_tally_for_the_last_line():
                     {"check": "metrics.tag==best", "verdict": "failed", "value": "last"}]) == \
         (' · passed 0 of 2 checks (failed: metrics.loss<0.6 was 0.7, metrics.tag==best '
          'was "last")')
+    long = summary([{"check": "metrics.tag==x", "verdict": "failed", "value": "y" * 500}])
+    assert len(long) < 160 and long.endswith('…)')
     assert summary([]) is None
 
 

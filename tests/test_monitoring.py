@@ -134,3 +134,37 @@ def test_a_dead_processs_followers_are_not_counted(site):
         site_gauges.note_followers(site_gauges.followers_file(), 2)
         assert site_gauges.followers_now() == 2
         assert not os.path.exists(os.path.join(folder, str(dead.pid)))
+
+
+def test_a_followers_count_that_cannot_be_written_keeps_no_slot(site, monkeypatch):
+    app, _ = site
+
+    def full_disk(path, count):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(follow_slots, "note_followers", full_disk)
+    before = sum(follow_slots._by_org.values())
+    with app.test_request_context():
+        give_back = take_follower_slot(1)
+        give_back()
+    assert sum(follow_slots._by_org.values()) == before
+
+
+def test_slurm_away_is_asked_once_per_cache_period_not_once_per_waiter(site):
+    app, _ = site
+
+    class Away:
+        asked = 0
+
+        def nodes(self):
+            Away.asked += 1
+            raise SlurmError("sinfo: error: Unable to contact slurm controller")
+
+    app.config["DIV_CLUSTER_CACHE_SECONDS"] = 60
+    from app.services.cluster import cluster_nodes
+    from app.services.errors import Unavailable
+    with slurm_access.standing_in(Away()):
+        for _ in range(3):
+            with pytest.raises(Unavailable):
+                cluster_nodes()
+    assert Away.asked == 1

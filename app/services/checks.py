@@ -94,9 +94,15 @@ def summary(checks: list[dict]) -> str | None:
         return None
     passed = sum(c.get("verdict") == "passed" for c in checks)
     noun = "check" if len(checks) == 1 else "checks"
-    failed = [f"{c['check']} was {json.dumps(c.get('value'))}"
+    failed = [f"{c['check']} was {_shown(c.get('value'))}"
               for c in checks if c.get("verdict") == "failed"]
     unknown = [c["check"] for c in checks if c.get("verdict") not in ("passed", "failed")]
     why = "; ".join(([f"failed: {', '.join(failed)}"] if failed else [])
                     + ([f"no value: {', '.join(unknown)}"] if unknown else []))
     return f" · passed {passed} of {len(checks)} {noun}" + (f" ({why})" if why else "")
+
+
+def _shown(value) -> str:
+    """A value as JSON, cut short: a run chooses its metrics' size."""
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:79] + "…"

@@ -6,6 +6,7 @@ else, and no org can take every follower slot. Counted per server process
 Retry-After, and `div` tries again."""
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -24,6 +25,7 @@ class NoFollowerSlot(ServiceError):
 
 
 _lock = threading.Lock()
+log = logging.getLogger("divergent.followers")
 _by_org: Counter = Counter()
 
 
@@ -44,7 +46,7 @@ def take_follower_slot(org_id: int) -> Callable[[], None]:
             raise NoFollowerSlot(429, f"your org follows {per_org} logs at once on this "
                                       "server already; try again in a few seconds")
         _by_org[org_id] += 1
-        note_followers(followers_file(), sum(_by_org.values()))
+        _noted(followers_file(), sum(_by_org.values()))
     given_back = threading.Event()
     path = followers_file()    # the response closes outside the app's context
 
@@ -53,5 +55,14 @@ def take_follower_slot(org_id: int) -> Callable[[], None]:
             if not given_back.is_set():
                 given_back.set()
                 _by_org[org_id] -= 1
-                note_followers(path, sum(_by_org.values()))
+                _noted(path, sum(_by_org.values()))
     return give_back
+
+
+def _noted(path: str, count: int) -> None:
+    """The count for /metrics, best effort: a file that cannot be written
+    (a full disk) must never keep a slot from being taken or given back."""
+    try:
+        note_followers(path, count)
+    except OSError as exc:
+        log.warning("could not note the log followers for /metrics: %s", exc)

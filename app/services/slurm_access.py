@@ -28,6 +28,7 @@ _stand_in: SlurmClient | None = None
 _cache: dict[tuple[str, Transport | None], tuple[float, object]] = {}
 _cache_lock = threading.Lock()
 _cache_locks: dict[tuple[str, Transport | None], threading.Lock] = {}
+_failures: dict[tuple[str, Transport | None], tuple[float, SlurmError]] = {}
 log = logging.getLogger("divergent.slurm")
 
 
@@ -49,6 +50,7 @@ def standing_in(client: SlurmClient) -> Iterator[SlurmClient]:
     global _stand_in
     previous, _stand_in = _stand_in, client
     _cache.clear()
+    _failures.clear()
     try:
         yield client
     finally:
@@ -56,6 +58,7 @@ def standing_in(client: SlurmClient) -> Iterator[SlurmClient]:
         # What the stand-in's Slurm said is not the site's.
         _accounts_known.clear()
         _cache.clear()
+        _failures.clear()
 
 
 def slurm_client() -> SlurmClient:
@@ -139,14 +142,19 @@ def cached(what: str, seconds: float, ask):
         kept = _cache.get(key)
         if kept is not None and time.monotonic() - kept[0] < seconds:
             return kept[1]
+        failed = _failures.get(key)
+        if kept is None and failed is not None and time.monotonic() - failed[0] < seconds:
+            raise failed[1]     # Slurm just failed to answer: not asked again by each waiter
         try:
             answer = ask()
         except SlurmError as exc:
             if kept is None:
+                _failures[key] = (time.monotonic(), exc)
                 raise
             log.warning("Slurm did not answer (%s); using what it said before", exc)
             # The others wait out `seconds` on it too, not a timeout each.
             _cache[key] = (time.monotonic(), kept[1])
             return kept[1]
         _cache[key] = (time.monotonic(), answer)
+        _failures.pop(key, None)
         return answer
