@@ -13,6 +13,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Iterator
+from typing import BinaryIO, NamedTuple
 from urllib.parse import quote, urlencode, urlsplit
 
 from cli.net import proxy_for, tls_context
@@ -83,14 +84,15 @@ class ApiClient:
             if conn is None:
                 conn = self._local.conn = self._new_connection()
             try:
-                conn.request(method, target, body=body, headers={**self._headers, **headers})
+                if isinstance(body, LocalBody):
+                    _send_file_body(conn, method, target, {**self._headers, **headers}, body)
+                else:
+                    conn.request(method, target, body=body, headers={**self._headers, **headers})
                 return conn.getresponse()
             except DROPPED as exc:
                 conn.close()
                 self._local.conn = None
                 if reused and attempt == 0:
-                    if hasattr(body, "seek"):
-                        body.seek(0)
                     continue
                 raise ApiUnreachable(f"cannot reach the API at {self.url}: {_reason(exc)}") from None
             except OSError as exc:
@@ -145,7 +147,8 @@ class ApiClient:
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size),
                    **(headers or {})}
         with open(file_path, "rb") as f:
-            self._json(self._request("PUT", path, params=params, body=f, headers=headers))
+            self._json(self._request("PUT", path, params=params, body=LocalBody(f, size),
+                                     headers=headers))
 
     def post_bytes(self, path: str, data: bytes, content_type: str) -> dict:
         return self._json(self._request("POST", path, body=data,
@@ -188,6 +191,29 @@ class ApiClient:
             raise ApiUnreachable(f"lost the API at {self.url}: {_reason(exc)}") from None
         finally:
             response.close()
+
+
+class LocalBody(NamedTuple):
+    """A request body that is a local file, `size` bytes of it."""
+    file: BinaryIO
+    size: int
+
+
+def _send_file_body(conn: http.client.HTTPConnection, method: str, target: str,
+                    headers: dict, body: LocalBody) -> None:
+    """The headers, then the file by sendfile(2): the kernel moves its pages
+    to the socket without a copy through Python (over TLS, socket.sendfile
+    falls back to reading and sending). Exactly `size` bytes or an error: a
+    file that shrank meanwhile would leave the server waiting for the rest."""
+    conn.putrequest(method, target)
+    for name, value in headers.items():
+        conn.putheader(name, value)
+    conn.endheaders()
+    sent = conn.sock.sendfile(body.file, offset=0, count=body.size)
+    if sent != body.size:
+        conn.close()    # the server's answer would be a wait for the missing bytes
+        raise ApiUnreachable(f"{body.file.name} shrank while it was being sent ({sent} of "
+                             f"{body.size} bytes); nothing was stored, run the same command again")
 
 
 def _reason(exc: BaseException) -> str:

@@ -92,6 +92,31 @@ def test_a_file_over_256_mb_is_refused_before_any_byte(stack, project):
     assert stack.server_log.read_text().count("\n") == before
 
 
+def test_a_file_sent_by_sendfile_arrives_whole_and_one_that_shrank_is_not_stored(stack, project):
+    """The CLI sends a file's bytes with sendfile(2), exactly as many as it
+    announced: a file shorter than that by the time it is sent (it shrank)
+    is an error that says so, and the server keeps nothing of it."""
+    import pytest
+
+    from cli.api import ApiClient, ApiUnreachable
+    data = os.urandom(3 << 20)
+    (project / "whole.bin").write_bytes(data)
+    api = ApiClient(stack.url, stack.tokens["e2e"])
+    digest = hashlib.sha256(data).hexdigest()
+    api.post("/volumes/sent/plan", {"files": []})        # creates the volume
+    api.put_file("/volumes/sent/files", str(project / "whole.bin"), len(data),
+                 params={"path": "whole.bin"}, headers={"X-Div-Sha256": digest})
+    assert stack.api("GET", "/volumes/sent/files", params={"path": "whole.bin"}).content == data
+    with pytest.raises(ApiUnreachable, match=r"shrank while it was being sent \(3145728 of "
+                                             r"3145729 bytes\); nothing was stored"):
+        api.put_file("/volumes/sent/files", str(project / "whole.bin"), len(data) + 1,
+                     params={"path": "short.bin"}, headers={"X-Div-Sha256": digest})
+    listed = stack.api("GET", "/volumes/sent/ls", params={"path": ""}).json()["entries"]
+    assert [e["path"] for e in listed] == ["whole.bin"]
+    api.put_file("/volumes/sent/files", str(project / "whole.bin"), len(data),   # the same
+                 params={"path": "again.bin"}, headers={"X-Div-Sha256": digest})  # connection
+
+
 def test_an_interrupted_put_leaves_whole_files_and_finishes_next_time(stack, project):
     data = project / "shards"
     data.mkdir()

@@ -48,10 +48,41 @@ def test_a_full_share_refuses_the_file_and_keeps_what_was_stored(small_share):
     with pytest.raises(ShareFull, match="the share is full.*nothing already stored was lost"):
         _put(org, "kept.bin", os.urandom(3_000_000))
     assert (small_share / "share/acme/vol/kept.bin").read_bytes() == kept
-    assert os.listdir(small_share / "share/acme/.uploads") == []
+    assert os.listdir(small_share / "share/acme/vol") == ["kept.bin"]   # no half file, no temp
 
 
-def test_parts_left_by_killed_uploads_are_swept(small_share):
+@pytest.fixture(params=["unnamed", "uploads-folder"])
+def either_way_of_writing(request, monkeypatch):
+    """Uploads are written as unnamed files in their folder (O_TMPFILE), or,
+    on a share without O_TMPFILE (NFS), in .uploads and renamed: both."""
+    if request.param == "uploads-folder":
+        monkeypatch.setattr(storage, "_open_unnamed", lambda parent: None)
+    return request.param
+
+
+def test_an_upload_replaces_a_file_or_a_link_a_run_left_never_its_target(
+        small_share, tmp_path, either_way_of_writing):
+    org = get_or_create_org("acme")
+    root = Path(ensure_volume(org, "vol"))
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"the host's")
+    (root / "out.txt").symlink_to(outside)                # what a run can make
+    _put(org, "out.txt", b"uploaded")
+    _put(org, "new.txt", b"first")
+    _put(org, "new.txt", b"second")                       # an existing file, replaced whole
+    assert outside.read_bytes() == b"the host's"
+    assert not (root / "out.txt").is_symlink() and (root / "out.txt").read_bytes() == b"uploaded"
+    assert (root / "new.txt").read_bytes() == b"second"
+    assert sorted(os.listdir(root)) == ["new.txt", "out.txt"]   # no temporary names left
+    with pytest.raises(Invalid, match="do not match"):    # a wrong hash leaves nothing either way
+        store_file(org, "vol", "bad.txt", io.BytesIO(b"abc"), 3, hashlib.sha256(b"x").hexdigest())
+    assert sorted(os.listdir(root)) == ["new.txt", "out.txt"]
+    uploads = Path(storage.uploads_dir(org))
+    assert list(uploads.iterdir()) == []
+
+
+def test_parts_left_by_killed_uploads_are_swept(small_share, monkeypatch):
+    monkeypatch.setattr(storage, "_open_unnamed", lambda parent: None)   # a share without O_TMPFILE
     org = get_or_create_org("acme")
     ensure_volume(org, "vol")
     uploads = Path(storage.uploads_dir(org))
