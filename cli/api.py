@@ -201,15 +201,23 @@ class LocalBody(NamedTuple):
 
 def _send_file_body(conn: http.client.HTTPConnection, method: str, target: str,
                     headers: dict, body: LocalBody) -> None:
-    """The headers, then the file by sendfile(2): the kernel moves its pages
-    to the socket without a copy through Python (over TLS, socket.sendfile
-    falls back to reading and sending). Exactly `size` bytes or an error: a
-    file that shrank meanwhile would leave the server waiting for the rest."""
+    """The headers, then the file from its start (a resend too): by
+    sendfile(2), the kernel moving its pages to the socket without a copy
+    through Python; over TLS, which sendfile cannot encrypt, CHUNK at a
+    time. Exactly `size` bytes or an error: a file that shrank meanwhile
+    would leave the server waiting for the rest."""
     conn.putrequest(method, target)
     for name, value in headers.items():
         conn.putheader(name, value)
     conn.endheaders()
-    sent = conn.sock.sendfile(body.file, offset=0, count=body.size)
+    body.file.seek(0)
+    if isinstance(conn.sock, ssl.SSLSocket):
+        sent = 0
+        while sent < body.size and (chunk := body.file.read(min(CHUNK, body.size - sent))):
+            conn.sock.sendall(chunk)
+            sent += len(chunk)
+    else:
+        sent = conn.sock.sendfile(body.file, offset=0, count=body.size)
     if sent != body.size:
         conn.close()    # the server's answer would be a wait for the missing bytes
         raise ApiUnreachable(f"{body.file.name} shrank while it was being sent ({sent} of "

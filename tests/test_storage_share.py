@@ -4,6 +4,7 @@ through a symlink a run swaps in after the check; a folder the server may
 not write is a 503 that says so."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -92,6 +93,28 @@ def test_parts_left_by_killed_uploads_are_swept(small_share, monkeypatch):
     os.utime(old, (time.time() - 3600, time.time() - 3600))
     _put(org, "new.bin", b"new")
     assert not old.exists() and fresh.exists()              # an upload may still own it
+
+
+def test_a_part_renamed_into_place_while_the_sweep_looks_is_no_error(small_share, monkeypatch):
+    """Uploads share a folder (code blobs: one per two hex digits), so the
+    sweep lists parts that other uploads rename into place meanwhile; seen
+    as a 500 on `div run`'s upload before."""
+    monkeypatch.setattr(storage, "_open_unnamed", lambda parent: None)   # through .uploads
+    org = get_or_create_org("acme")
+    ensure_volume(org, "vol")
+    uploads = Path(storage.uploads_dir(org))
+    (uploads / ".2222222222222222.part").write_bytes(b"another upload's")
+    listed = os.scandir
+
+    def renamed_as_listed(folder):
+        with listed(folder) as entries:
+            found = list(entries)
+        for entry in found:
+            os.unlink(entry.path)               # its upload renamed it into place
+        return contextlib.nullcontext(found)
+    monkeypatch.setattr(storage.os, "scandir", renamed_as_listed)
+    _put(org, "new.bin", b"new")
+    assert (small_share / "share/acme/vol/new.bin").read_bytes() == b"new"
 
 
 def test_a_file_whose_bytes_do_not_match_its_hash_is_not_stored(small_share):

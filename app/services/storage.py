@@ -397,10 +397,12 @@ def sweep_stale_parts(folder: str) -> None:
     stale = now - 2 * MAX_FILE_SECONDS
     with os.scandir(folder) as entries:
         for entry in entries:
-            if entry.name.endswith(".part") and entry.name.startswith(".") and \
-                    entry.is_file(follow_symlinks=False) and \
-                    entry.stat(follow_symlinks=False).st_mtime < stale:
-                with contextlib.suppress(FileNotFoundError):
+            # A part listed here may be renamed into place by its upload
+            # before it is looked at: gone is fine, not a 500.
+            with contextlib.suppress(FileNotFoundError):
+                if entry.name.endswith(".part") and entry.name.startswith(".") and \
+                        entry.is_file(follow_symlinks=False) and \
+                        entry.stat(follow_symlinks=False).st_mtime < stale:
                     os.unlink(entry.path)
 
 
@@ -491,23 +493,32 @@ def _open_unnamed(parent: int) -> int | None:
         raise
 
 
-def _name_unnamed(fd: int, parent: int, name: str) -> None:
+def _name_unnamed(fd: int, parent: int, name: str, uploads: str) -> None:
     """Names the whole, verified unnamed file: a link if the name is new; a
     file already there is replaced whole, by a rename from a temporary name
-    in the same folder (a rename replaces a link itself, never its target)."""
+    in `uploads` (a rename replaces a link itself, never its target), where
+    the sweep finds it if the server dies in between."""
     source = f"/proc/self/fd/{fd}"
     try:
         os.link(source, name, dst_dir_fd=parent)
         return
     except FileExistsError:
         pass
-    temp = f".div-{secrets.token_hex(8)}.part"
-    os.link(source, temp, dst_dir_fd=parent)
+    temp = f".{secrets.token_hex(8)}.part"
+    # With a folder descriptor os.link is linkat(AT_SYMLINK_FOLLOW), which
+    # links the open file; on a path it is link(2), which would link /proc's
+    # own entry (EXDEV).
+    folder = os.open(uploads, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
-    except BaseException:
-        os.unlink(temp, dir_fd=parent)
-        raise
+        os.link(source, temp, dst_dir_fd=folder)
+        try:
+            os.replace(temp, name, src_dir_fd=folder, dst_dir_fd=parent)
+        except BaseException:
+            with contextlib.suppress(OSError):    # the rename's error is the one to say
+                os.unlink(temp, dir_fd=folder)
+            raise
+    finally:
+        os.close(folder)
 
 
 def _store_verified(org: Org, folders: VolumeFolders, volume: str, path: str, stream,
@@ -528,7 +539,7 @@ def _store_verified(org: Org, folders: VolumeFolders, volume: str, path: str, st
     try:
         _write_verified(fd, stream, length, sha256, sync)
         _refuse_folder(parent, name, rel)
-        _name_unnamed(fd, parent, name)
+        _name_unnamed(fd, parent, name, uploads_dir(org))
     finally:
         os.close(fd)
     if sync:
