@@ -117,6 +117,52 @@ def test_a_file_sent_by_sendfile_arrives_whole_and_one_that_shrank_is_not_stored
                  params={"path": "again.bin"}, headers={"X-Div-Sha256": digest})  # connection
 
 
+def _raw_http(stack, data: bytes, read_until: bytes = b"", wait: float = 10) -> bytes:
+    """`data` sent as it is on one connection to the stack's gunicorn; what
+    comes back until `read_until` has arrived, or the server closes."""
+    import socket
+    from urllib.parse import urlsplit
+    where = urlsplit(stack.url)
+    answer = b""
+    with socket.create_connection((where.hostname, where.port), timeout=wait) as conn:
+        conn.sendall(data)
+        if not read_until:
+            conn.shutdown(socket.SHUT_WR)      # the client goes away mid-body
+        while (not read_until or answer.count(read_until) < 1) and (got := conn.recv(65536)):
+            answer += got
+    return answer
+
+
+def _put_request(stack, volume: str, path: str, body: bytes, length: int | None = None) -> bytes:
+    return (f"PUT /api/v1/volumes/{volume}/files?path={path} HTTP/1.1\r\n"
+            f"Host: x\r\nAuthorization: Bearer {stack.tokens['e2e']}\r\n"
+            f"X-Div-Sha256: {hashlib.sha256(body).hexdigest()}\r\n"
+            f"Content-Length: {len(body) if length is None else length}\r\n\r\n").encode() + body
+
+
+def test_an_upload_read_from_the_socket_keeps_requests_apart_and_refuses_a_cut_body(stack):
+    """The server reads a file's body from the connection itself (one copy,
+    not gunicorn's three): a request pipelined behind it on the same
+    connection is still answered as its own, and a body cut short stores
+    nothing and is answered 400 or not at all, never a 500."""
+    stack.api("POST", "/volumes/raw/plan", json={"files": []}).raise_for_status()
+    first, second = os.urandom(2_000_000), b"small, sent with the headers"
+    ls = (f"GET /api/v1/volumes/raw/ls?path= HTTP/1.1\r\nHost: x\r\n"
+          f"Authorization: Bearer {stack.tokens['e2e']}\r\n\r\n").encode()
+    answers = _raw_http(stack, _put_request(stack, "raw", "one.bin", first)
+                        + _put_request(stack, "raw", "two.txt", second) + ls,
+                        read_until=b'"entries"')
+    assert answers.count(b"HTTP/1.1 201") == 2 and b"one.bin" in answers.split(b"\r\n\r\n")[-1]
+    assert stack.api("GET", "/volumes/raw/files", params={"path": "one.bin"}).content == first
+    assert stack.api("GET", "/volumes/raw/files", params={"path": "two.txt"}).content == second
+    cut = _raw_http(stack, _put_request(stack, "raw", "cut.bin", first[:1_000_000],
+                                        length=len(first)))
+    assert b"500" not in cut.split(b"\r\n", 1)[0]
+    listed = stack.api("GET", "/volumes/raw/ls", params={"path": ""}).json()["entries"]
+    assert sorted(e["path"] for e in listed) == ["one.bin", "two.txt"]
+    assert stack.api("GET", "/health").status_code == 200   # and the server goes on
+
+
 def test_an_interrupted_put_leaves_whole_files_and_finishes_next_time(stack, project):
     data = project / "shards"
     data.mkdir()

@@ -9,6 +9,7 @@ from app.services.code import MissingBlobs, lay_out_tree, parse_manifest, store_
 from app.services.errors import Invalid
 from app.services.volumes import check_volume_name
 from app.web.request_args import STREAMED, json_object
+from app.web.upload_body import upload_body
 
 
 @bp.post("/code/trees")
@@ -31,5 +32,5 @@ def code_blob(sha: str):
     request.max_content_length = STREAMED   # read within the storage limits
     if request.content_length is None:
         raise Invalid("send the blob with a Content-Length")
-    store_blob(g.user.org, sha, request.stream, request.content_length)
+    store_blob(g.user.org, sha, upload_body(request), request.content_length)
     return jsonify(stored=sha), 201

@@ -19,6 +19,7 @@ from app.services.storage import (
 from app.services.volumes import check_volume_name
 from app.web.downloads import send_volume_file
 from app.web.request_args import STREAMED, json_object
+from app.web.upload_body import upload_body
 
 
 @bp.get("/volumes")
@@ -59,7 +60,7 @@ def volumes_put_file(volume: str):
     if request.content_length is None:
         raise Invalid("send the file with a Content-Length")
     store_file(g.user.org, check_volume_name(volume), request.args.get("path", ""),
-               request.stream, request.content_length, sha)
+               upload_body(request), request.content_length, sha)
     return jsonify(stored=request.args.get("path")), 201
 
 
