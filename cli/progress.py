@@ -28,6 +28,11 @@ class Progress:
                 sys.stderr.write("\r\033[K" + self.line(now))
                 sys.stderr.flush()
 
+    def drop(self, count: int) -> None:
+        """Bytes no longer to be sent (the server had them)."""
+        with self._lock:
+            self.total -= count
+
     def line(self, now: float) -> str:
         """Rate and ETA once there is a second's worth to judge by: the first
         chunks (a connection's set-up, a burst into a socket buffer) say

@@ -7,6 +7,7 @@ import io
 import os
 import sys
 import tarfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +21,7 @@ from cli.flags import parse_volume
 from cli.output import count, print_json, started, table
 from cli.progress import Progress
 from cli.units import format_bytes
-from cli.upload import LocalFile, hash_files, regular_files, walk_files
+from cli.upload import LocalFile, hash_file, refuse_too_large, regular_files, stat_files, walk_files
 
 PARALLEL = 8
 # Small files travel many to a request, as one tar stream: a request per
@@ -29,6 +30,8 @@ SMALL_FILE = 1 << 20
 BUNDLE_BYTES = 16 << 20
 BUNDLE_FILES = 1000
 PLAN_BATCH = 5000
+GROUP_BYTES = 64 << 20
+GROUP_FILES = 64
 # A bundle keeps a server thread busy with many small syscalls: two at a
 # time (one per server worker) went as fast as four or eight, measured.
 BUNDLES_AT_ONCE = 2
@@ -50,35 +53,15 @@ def _volume(ctx, param, value):
     return None if value is None else parse_volume(value, hint="VOLUME")
 
 
-def _bundles(files: list[tuple[str, LocalFile]]) -> list[list[tuple[str, LocalFile]]]:
+def _bundles(files: list[LocalFile]) -> list[list[LocalFile]]:
     bundles, current, size = [], [], 0
-    for item in files:
-        if current and (size + item[1].size > BUNDLE_BYTES or len(current) >= BUNDLE_FILES):
+    for file in files:
+        if current and (size + file.size > BUNDLE_BYTES or len(current) >= BUNDLE_FILES):
             bundles.append(current)
             current, size = [], 0
-        current.append(item)
-        size += item[1].size
+        current.append(file)
+        size += file.size
     return bundles + ([current] if current else [])
-
-
-def _send_bundle(api: ApiClient, volume: str, items, progress: Progress) -> None:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as bundle:
-        for remote, local in items:
-            info = tarfile.TarInfo(remote)
-            info.size = local.size
-            info.pax_headers = {"DIV.sha256": local.sha256}
-            with open(local.disk_path, "rb") as f:
-                bundle.addfile(info, f)
-    api.post_bytes(f"/volumes/{volume}/bundle", buffer.getvalue(), "application/x-tar")
-    progress.add(sum(local.size for _, local in items))
-
-
-def _send_file(api: ApiClient, volume: str, remote: str, local: LocalFile,
-               progress: Progress) -> None:
-    api.put_file(f"/volumes/{volume}/files", local.disk_path, local.size,
-                 params={"path": remote}, headers={"X-Div-Sha256": local.sha256})
-    progress.add(local.size)
 
 
 @storage.command("put")
@@ -101,31 +84,94 @@ def put(api: ApiClient, volume: str, local: Path) -> None:
             raise click.UsageError(f"{local} has no files to upload")
     else:
         root, base, rels = local.parent, "", [local.name]
-    files = hash_files(root, rels)
-    remote = {f.path: f"{base}/{f.path}" if base else f.path for f in files}
-    to_send: set[str] = set()
-    for start in range(0, len(files), PLAN_BATCH):
-        batch = files[start:start + PLAN_BATCH]
-        to_send.update(api.post(f"/volumes/{volume}/plan", {"files": [
-            {"path": remote[f.path], "size": f.size, "sha256": f.sha256} for f in batch]})["send"])
-    sending = [(remote[f.path], f) for f in files if remote[f.path] in to_send]
-    total = sum(f.size for _, f in sending)
-    progress = Progress("put", total)
-    small = [item for item in sending if item[1].size < SMALL_FILE]
-    large = [item for item in sending if item[1].size >= SMALL_FILE]
+    stats = stat_files(root, rels)
+    for rel in rels:
+        refuse_too_large(rel, stats[rel].st_size)
+    upload = Put(api, volume, root, base)
+    small = [hash_file(root, rel, stats[rel]) for rel in rels if stats[rel].st_size < SMALL_FILE]
+    large = [rel for rel in rels if stats[rel].st_size >= SMALL_FILE]
+    # The small files' plan goes first, alone: it creates the volume, which
+    # the large files' plans, side by side, then find.
+    small = upload.plan(small)
+    upload.progress = Progress("put", sum(f.size for f in small)
+                               + sum(stats[rel].st_size for rel in large))
     with ThreadPoolExecutor(PARALLEL) as pool, ThreadPoolExecutor(BUNDLES_AT_ONCE) as bundler:
-        jobs = [bundler.submit(_send_bundle, api, volume, items, progress)
-                for items in _bundles(small)]
-        jobs += [pool.submit(_send_file, api, volume, r, f, progress) for r, f in large]
+        jobs = [bundler.submit(upload.send_bundle, items) for items in _bundles(small)]
+        jobs += [pool.submit(upload.send_large, group, stats) for group in _groups(large, stats)]
         try:
             for job in jobs:
                 job.result()
         finally:
-            progress.close()
+            upload.progress.close()
     target = f"{volume}/{base}" if base else f"{volume}/{local.name}"
-    skipped = len(files) - len(sending)
-    click.echo(f"{count(len(sending), 'file')}, {format_bytes(total)} → {target}"
+    skipped = len(rels) - upload.files
+    click.echo(f"{count(upload.files, 'file')}, {format_bytes(upload.bytes)} → {target}"
                + (f" ({skipped} already there)" if skipped else ""), err=True)
+
+
+def _groups(rels: list[str], stats: dict) -> list[list[str]]:
+    """Large files a few at a time, each group hashed, planned and sent in
+    one thread: the first bytes go out while later files are still hashed."""
+    groups, current, size = [], [], 0
+    for rel in rels:
+        if current and (size + stats[rel].st_size > GROUP_BYTES or len(current) >= GROUP_FILES):
+            groups.append(current)
+            current, size = [], 0
+        current.append(rel)
+        size += stats[rel].st_size
+    return groups + ([current] if current else [])
+
+
+class Put:
+    """One `div storage put`: what it asks the server and sends, and what it
+    has sent (files, bytes), from several threads."""
+
+    def __init__(self, api: ApiClient, volume: str, root: Path, base: str):
+        self.api, self.volume, self.root, self.base = api, volume, root, base
+        self.progress: Progress | None = None    # once the total is known
+        self.files = self.bytes = 0
+        self._lock = threading.Lock()
+
+    def remote(self, file: LocalFile) -> str:
+        return f"{self.base}/{file.path}" if self.base else file.path
+
+    def plan(self, files: list[LocalFile]) -> list[LocalFile]:
+        """The files the volume lacks (at least one request: it creates the volume)."""
+        to_send: set[str] = set()
+        for start in range(0, max(len(files), 1), PLAN_BATCH):
+            batch = files[start:start + PLAN_BATCH]
+            to_send.update(self.api.post(f"/volumes/{self.volume}/plan", {"files": [
+                {"path": self.remote(f), "size": f.size, "sha256": f.sha256} for f in batch]})["send"])
+        return [f for f in files if self.remote(f) in to_send]
+
+    def send_large(self, group: list[str], stats: dict) -> None:
+        files = [hash_file(self.root, rel, stats[rel]) for rel in group]
+        sending = self.plan(files)
+        self.progress.drop(sum(f.size for f in files) - sum(f.size for f in sending))
+        for file in sending:
+            self.api.put_file(f"/volumes/{self.volume}/files", file.disk_path, file.size,
+                              params={"path": self.remote(file)},
+                              headers={"X-Div-Sha256": file.sha256})
+            self._sent([file])
+
+    def send_bundle(self, files: list[LocalFile]) -> None:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as bundle:
+            for file in files:
+                info = tarfile.TarInfo(self.remote(file))
+                info.size = file.size
+                info.pax_headers = {"DIV.sha256": file.sha256}
+                with open(file.disk_path, "rb") as f:
+                    bundle.addfile(info, f)
+        self.api.post_bytes(f"/volumes/{self.volume}/bundle", buffer.getvalue(), "application/x-tar")
+        self._sent(files)
+
+    def _sent(self, files: list[LocalFile]) -> None:
+        size = sum(f.size for f in files)
+        with self._lock:
+            self.files += len(files)
+            self.bytes += size
+        self.progress.add(size)
 
 
 @storage.command("ls")

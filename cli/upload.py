@@ -100,16 +100,20 @@ def list_files(root: Path) -> list[str]:
     return regular_files(root, walk_files(root) if candidates is None else candidates)
 
 
-def _hash(root: Path, rel: str, st: os.stat_result) -> LocalFile:
-    path = os.path.join(root, rel)
-    size = st.st_size
+def refuse_too_large(rel: str, size: int) -> None:
+    """Before a byte is sent: a file over the limit, with the guide's way."""
     if size > MAX_FILE_BYTES:
         raise click.UsageError(
             f"{rel} is {size / 1e6:.0f} MB; uploaded files may be at most 256 MB. Download "
             "large files inside a run, straight to a volume: div run --gpu cpu --no-upload "
             "-- '<download> /mnt/<volume>/...' (the volumes guide, Large files)")
+
+
+def hash_file(root: Path, rel: str, st: os.stat_result) -> LocalFile:
+    path = os.path.join(root, rel)
+    refuse_too_large(rel, st.st_size)
     # Executable as git counts it: an x bit set (not whether we may run it).
-    return LocalFile(rel, path, file_sha256(path), size, bool(st.st_mode & 0o111))
+    return LocalFile(rel, path, file_sha256(path), st.st_size, bool(st.st_mode & 0o111))
 
 
 def file_sha256(path: Path) -> str:
@@ -123,12 +127,16 @@ def file_sha256(path: Path) -> str:
 def hash_files(root: Path, paths: list[str]) -> list[LocalFile]:
     """Large files in threads (hashlib releases the GIL); small ones inline,
     where a thread hand-off would cost more than the hash. One stat a file."""
-    stats = {rel: os.stat(os.path.join(root, rel)) for rel in paths}
+    stats = stat_files(root, paths)
     large = [rel for rel in paths if stats[rel].st_size >= 1 << 20]
     with ThreadPoolExecutor(PARALLEL) as pool:
-        hashed = dict(zip(large, pool.map(lambda rel: _hash(root, rel, stats[rel]), large),
+        hashed = dict(zip(large, pool.map(lambda rel: hash_file(root, rel, stats[rel]), large),
                           strict=True))
-    return [hashed[rel] if rel in hashed else _hash(root, rel, stats[rel]) for rel in paths]
+    return [hashed[rel] if rel in hashed else hash_file(root, rel, stats[rel]) for rel in paths]
+
+
+def stat_files(root: Path, paths: list[str]) -> dict[str, os.stat_result]:
+    return {rel: os.stat(os.path.join(root, rel)) for rel in paths}
 
 
 def upload(api: ApiClient, volume: str, files: list[LocalFile]) -> dict:
