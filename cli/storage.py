@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import sys
 import tarfile
@@ -156,11 +157,13 @@ class Put:
 
     def send_bundle(self, files: list[LocalFile]) -> None:
         buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as bundle:
+        # Every hash in one header at the start, not a header of its own a file.
+        hashes = json.dumps({self.remote(file): file.sha256 for file in files})
+        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT,
+                          pax_headers={"DIV.sha256s": hashes}) as bundle:
             for file in files:
                 info = tarfile.TarInfo(self.remote(file))
                 info.size = file.size
-                info.pax_headers = {"DIV.sha256": file.sha256}
                 with open(file.disk_path, "rb") as f:
                     bundle.addfile(info, f)
         self.api.post_bytes(f"/volumes/{self.volume}/bundle", buffer.getvalue(), "application/x-tar")

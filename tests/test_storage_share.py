@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import os
 import subprocess
 import time
@@ -217,3 +218,57 @@ def test_a_share_folder_the_server_may_not_write_is_a_503_that_says_so(app, tmp_
         assert answer.status_code == 503, answer.get_data(as_text=True)
         assert "the share refused the server (permission denied)" in answer.get_json()["error"]
         db.session.remove()
+
+
+def _bundle(files: dict[str, bytes], hashes: dict[str, str] | None = None,
+            global_header: str | None = None, own_headers: bool = False) -> bytes:
+    """A bundle as the CLI sends it (every hash in one global header), or as
+    CLIs before it did (a DIV.sha256 header a member)."""
+    import tarfile
+    hashes = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()} \
+        if hashes is None else hashes
+    headers = {} if own_headers else {"DIV.sha256s": global_header or json.dumps(hashes)}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT,
+                      pax_headers=headers) as bundle:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            if own_headers:
+                info.pax_headers = {"DIV.sha256": hashes[name]}
+            bundle.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _store(org, data: bytes) -> int:
+    return storage.store_bundle(org, "vol", io.BytesIO(data), len(data))
+
+
+def test_a_bundle_carries_its_hashes_in_one_header_or_one_a_member(small_share):
+    org = get_or_create_org("acme")
+    root = Path(ensure_volume(org, "vol"))
+    files = {"a/one.txt": b"one", "a/two.txt": b"two", "three.txt": b"three"}
+    assert _store(org, _bundle(files)) == 3
+    assert _store(org, _bundle({"old/cli.txt": b"as before"}, own_headers=True)) == 1
+    assert (root / "a/two.txt").read_bytes() == b"two"
+    assert (root / "old/cli.txt").read_bytes() == b"as before"
+
+
+@pytest.mark.parametrize("header", ["not json", "[1, 2]", '"a string"'])
+def test_a_bundle_whose_hash_header_is_not_an_object_is_refused(small_share, header):
+    org = get_or_create_org("acme")
+    root = Path(ensure_volume(org, "vol"))
+    with pytest.raises(Invalid, match="DIV.sha256s header is a JSON object"):
+        _store(org, _bundle({"x.txt": b"x"}, global_header=header))
+    assert not (root / "x.txt").exists()
+
+
+def test_a_bundle_member_without_its_hash_or_with_a_wrong_one_is_not_stored(small_share):
+    org = get_or_create_org("acme")
+    root = Path(ensure_volume(org, "vol"))
+    right = hashlib.sha256(b"ok").hexdigest()
+    for hashes in ({"ok.txt": right}, {"ok.txt": right, "bad.txt": right}):
+        with pytest.raises(Invalid, match="do not match"):
+            _store(org, _bundle({"ok.txt": b"ok", "bad.txt": b"tampered"}, hashes=hashes))
+        assert (root / "ok.txt").read_bytes() == b"ok"     # whole files before it stay
+        assert not (root / "bad.txt").exists()

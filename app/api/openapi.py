@@ -216,7 +216,8 @@ PATHS = {
                           "schema": {"type": "string"}}]),
         "delete": op("Delete a file or a folder", DELETED, params=[PATH])},
     "/volumes/{volume}/bundle": {"post": op(
-        "A tar of small files (at most 64 MB), each with a DIV.sha256 pax header",
+        "A tar of small files (at most 64 MB): their sha256s in a global DIV.sha256s pax "
+        "header (a JSON object of path: sha256), or each in a DIV.sha256 pax header",
         answer(obj(stored=INTEGER)), "201", bytes_body("application/x-tar",
                                                        "application/octet-stream"))},
 }

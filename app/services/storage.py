@@ -15,6 +15,7 @@ import contextlib
 import errno
 import hashlib
 import io
+import json
 import os
 import secrets
 import shutil
@@ -493,11 +494,11 @@ def _open_unnamed(parent: int) -> int | None:
         raise
 
 
-def _name_unnamed(fd: int, parent: int, name: str, uploads: str) -> None:
+def _name_unnamed(fd: int, parent: int, name: str, org: Org) -> None:
     """Names the whole, verified unnamed file: a link if the name is new; a
     file already there is replaced whole, by a rename from a temporary name
-    in `uploads` (a rename replaces a link itself, never its target), where
-    the sweep finds it if the server dies in between."""
+    in the org's .uploads (a rename replaces a link itself, never its
+    target), where the sweep finds it if the server dies in between."""
     source = f"/proc/self/fd/{fd}"
     try:
         os.link(source, name, dst_dir_fd=parent)
@@ -508,7 +509,7 @@ def _name_unnamed(fd: int, parent: int, name: str, uploads: str) -> None:
     # With a folder descriptor os.link is linkat(AT_SYMLINK_FOLLOW), which
     # links the open file; on a path it is link(2), which would link /proc's
     # own entry (EXDEV).
-    folder = os.open(uploads, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    folder = os.open(uploads_dir(org), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.link(source, temp, dst_dir_fd=folder)
         try:
@@ -539,7 +540,7 @@ def _store_verified(org: Org, folders: VolumeFolders, volume: str, path: str, st
     try:
         _write_verified(fd, stream, length, sha256, sync)
         _refuse_folder(parent, name, rel)
-        _name_unnamed(fd, parent, name, uploads_dir(org))
+        _name_unnamed(fd, parent, name, org)
     finally:
         os.close(fd)
     if sync:
@@ -555,8 +556,11 @@ def store_file(org: Org, volume: str, path: str, stream, length: int | None,
 
 
 def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
-    """Many small files in one request: a tar of at most 64 MB whose members
-    each carry their sha256 in a pax header (DIV.sha256). It is read whole
+    """Many small files in one request: a tar of at most 64 MB with every
+    member's sha256, by name, in one global pax header (DIV.sha256s, a JSON
+    object), or (as CLIs before it sent) in the member's own pax header
+    (DIV.sha256): one header a member instead of two halves the time spent
+    reading them (tarfile's headers were 40% of a bundle's). It is read whole
     first (tarfile's stream mode reads the socket 10 KB at a time), then each
     member is checked and renamed into place on its own, so a bundle cut
     short leaves whole files only."""
@@ -575,12 +579,13 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
         stored = 0
         with folders_closed(open_volume(org, volume)) as folders, \
                 tarfile.open(fileobj=io.BytesIO(data), mode="r:") as bundle:
+            hashes = _bundle_hashes(bundle)
             for member in bundle:
                 if not member.isfile():
                     raise Invalid(f"{member.name}: a bundle holds regular files only")
+                sha = member.pax_headers.get("DIV.sha256") or hashes.get(member.name, "")
                 _store_verified(org, folders, volume, member.name, bundle.extractfile(member),
-                                member.size, member.pax_headers.get("DIV.sha256", ""),
-                                sync=False)
+                                member.size, sha, sync=False)
                 stored += 1
         sync_filesystem(volume_dir(org, volume))   # all of it on disk before the answer
         return stored
@@ -588,6 +593,17 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
         return _share_errors(action)
     except tarfile.TarError as exc:
         raise Invalid(f"not a tar bundle: {exc}") from None
+
+
+def _bundle_hashes(bundle: tarfile.TarFile) -> dict:
+    """The global DIV.sha256s header (read with the first member), or none."""
+    try:
+        hashes = json.loads(bundle.pax_headers.get("DIV.sha256s", "{}"))
+    except ValueError:
+        hashes = None
+    if not isinstance(hashes, dict):
+        raise Invalid("a bundle's DIV.sha256s header is a JSON object of path: sha256")
+    return hashes
 
 
 def open_for_download(org: Org, volume: str, path: str):

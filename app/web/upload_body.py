@@ -29,30 +29,29 @@ def upload_body(request: Request):
 
 class SocketBody:
     """The body's bytes: first what gunicorn read past the headers, then
-    recv_into straight from the socket. LengthReader.length counts down as
-    they are read, so gunicorn knows where the next request on the
-    connection starts and drains only what is left."""
+    recv_into straight from the socket. Nothing is taken before it is read,
+    and LengthReader.length counts down as bytes are: however much of the
+    body the view reads (none, when it refuses the request first), gunicorn
+    drains exactly the rest, and the next request on the connection starts
+    where it should."""
 
     def __init__(self, body: Body, reader: LengthReader):
         self._body, self._reader = body, reader
-        self._sock = reader.unreader.sock
-        held = reader.unreader.buf.getvalue()
-        # What gunicorn read beyond this body (a pipelined request) stays its own.
-        reader.unreader.buf = io.BytesIO()
-        reader.unreader.buf.write(held[reader.length:])
-        self._held = memoryview(held[:reader.length])
+        self._unreader = reader.unreader
 
     def readinto(self, buffer) -> int:
         wanted = min(len(buffer), self._reader.length)
         if wanted <= 0:
             return 0
-        if self._held:
-            got = min(wanted, len(self._held))
-            buffer[:got] = self._held[:got]
-            self._held = self._held[got:]
+        held = self._unreader.buf.getvalue()
+        if held:
+            got = min(wanted, len(held))
+            buffer[:got] = held[:got]
+            self._unreader.buf = io.BytesIO()
+            self._unreader.buf.write(held[got:])    # the rest, maybe a pipelined request
         else:
             try:
-                got = self._sock.recv_into(buffer, wanted)
+                got = self._unreader.sock.recv_into(buffer, wanted)
             except OSError as exc:
                 self._body.failed = True     # where the next request starts is unknown
                 raise ClientDisconnected() from exc
