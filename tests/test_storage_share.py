@@ -272,3 +272,37 @@ def test_a_bundle_member_without_its_hash_or_with_a_wrong_one_is_not_stored(smal
             _store(org, _bundle({"ok.txt": b"ok", "bad.txt": b"tampered"}, hashes=hashes))
         assert (root / "ok.txt").read_bytes() == b"ok"     # whole files before it stay
         assert not (root / "bad.txt").exists()
+
+
+def _crafted(kind: str) -> bytes:
+    """Bundles an attacker with a member's key could send."""
+    import tarfile
+    if kind == "nested":
+        return _bundle({"x.txt": b"x"}, global_header='{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    if kind == "huge":
+        return _bundle({"x.txt": b"x"}, global_header=json.dumps({"p" * 100: "0" * 64} | {
+            f"f{i}": "0" * 64 for i in range(120_000)}))
+    if kind == "late-header":       # a global header after a member, as two tars joined
+        first = _bundle({"early.txt": b"early"}, own_headers=True)
+        with tarfile.open(fileobj=io.BytesIO(first)) as parsed:
+            member = parsed.next()
+        end = member.offset_data + 512              # its 5 bytes, padded: the end-of-tar cut
+        later = _bundle({"late.txt": b"late"}, hashes={"late.txt": hashlib.sha256(b"late").hexdigest()})
+        return first[:end] + later
+    buffer = io.BytesIO()           # a pax header tarfile itself cannot read
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as bundle:
+        info = tarfile.TarInfo("sparse.bin")
+        info.pax_headers = {"GNU.sparse.map": "1,x", "GNU.sparse.size": "10"}
+        bundle.addfile(info, io.BytesIO(b""))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("nested", "JSON object of path: sha256"), ("huge", "at most 8 MiB"),
+    ("late-header", "comes before its files"), ("bad-pax", "not a tar bundle")])
+def test_a_crafted_bundle_is_a_400_that_stores_nothing_it_cannot_check(small_share, kind, says):
+    org = get_or_create_org("acme")
+    root = Path(ensure_volume(org, "vol"))
+    with pytest.raises(Invalid, match=says):
+        _store(org, _crafted(kind))
+    assert not (root / "late.txt").exists() and not (root / "x.txt").exists()
