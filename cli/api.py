@@ -216,8 +216,8 @@ def _send_file_body(conn: http.client.HTTPConnection, method: str, target: str,
         while sent < body.size and (chunk := body.file.read(min(CHUNK, body.size - sent))):
             conn.sock.sendall(chunk)
             sent += len(chunk)
-    else:
-        sent = conn.sock.sendfile(body.file, offset=0, count=body.size)
+    else:    # sendfile refuses a count of 0: an empty file sends nothing
+        sent = conn.sock.sendfile(body.file, offset=0, count=body.size) if body.size else 0
     if sent != body.size:
         conn.close()    # the server's answer would be a wait for the missing bytes
         raise ApiUnreachable(f"{body.file.name} shrank while it was being sent ({sent} of "

@@ -54,15 +54,17 @@ def _volume(ctx, param, value):
     return None if value is None else parse_volume(value, hint="VOLUME")
 
 
-def _bundles(files: list[LocalFile]) -> list[list[LocalFile]]:
-    bundles, current, size = [], [], 0
-    for file in files:
-        if current and (size + file.size > BUNDLE_BYTES or len(current) >= BUNDLE_FILES):
-            bundles.append(current)
+def _batches(items: list, size_of, max_bytes: int, max_items: int) -> list[list]:
+    """Consecutive items, as many a batch as fit in max_bytes and max_items
+    (an item larger than max_bytes alone)."""
+    batches, current, size = [], [], 0
+    for item in items:
+        if current and (size + size_of(item) > max_bytes or len(current) >= max_items):
+            batches.append(current)
             current, size = [], 0
-        current.append(file)
-        size += file.size
-    return bundles + ([current] if current else [])
+        current.append(item)
+        size += size_of(item)
+    return batches + ([current] if current else [])
 
 
 @storage.command("put")
@@ -97,8 +99,12 @@ def put(api: ApiClient, volume: str, local: Path) -> None:
     upload.progress = Progress("put", sum(f.size for f in small)
                                + sum(stats[rel].st_size for rel in large))
     with ThreadPoolExecutor(PARALLEL) as pool, ThreadPoolExecutor(BUNDLES_AT_ONCE) as bundler:
-        jobs = [bundler.submit(upload.send_bundle, items) for items in _bundles(small)]
-        jobs += [pool.submit(upload.send_large, group, stats) for group in _groups(large, stats)]
+        jobs = [bundler.submit(upload.send_bundle, files) for files in
+                _batches(small, lambda f: f.size, BUNDLE_BYTES, BUNDLE_FILES)]
+        # Large files a group at a time, each hashed, planned and sent in one
+        # thread: the first bytes go out while later files are still hashed.
+        jobs += [pool.submit(upload.send_large, group, stats) for group in
+                 _batches(large, lambda rel: stats[rel].st_size, GROUP_BYTES, GROUP_FILES)]
         try:
             for job in jobs:
                 job.result()
@@ -108,19 +114,6 @@ def put(api: ApiClient, volume: str, local: Path) -> None:
     skipped = len(rels) - upload.files
     click.echo(f"{count(upload.files, 'file')}, {format_bytes(upload.bytes)} → {target}"
                + (f" ({skipped} already there)" if skipped else ""), err=True)
-
-
-def _groups(rels: list[str], stats: dict) -> list[list[str]]:
-    """Large files a few at a time, each group hashed, planned and sent in
-    one thread: the first bytes go out while later files are still hashed."""
-    groups, current, size = [], [], 0
-    for rel in rels:
-        if current and (size + stats[rel].st_size > GROUP_BYTES or len(current) >= GROUP_FILES):
-            groups.append(current)
-            current, size = [], 0
-        current.append(rel)
-        size += stats[rel].st_size
-    return groups + ([current] if current else [])
 
 
 class Put:

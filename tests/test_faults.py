@@ -81,6 +81,21 @@ def kill_server(stack: Stack) -> None:
     _wait(lambda: not _alive(master), 10, "the server did not die")
 
 
+def _unnamed_upload_bytes(stack: Stack, volume: Path) -> int:
+    """What the server has written of uploads into `volume` so far: they are
+    unnamed files (O_TMPFILE) until whole, seen only among its open files."""
+    master = int((stack.base / "pids" / "server.pid").read_text())
+    written = 0
+    for pid in [master, *_descendants(master)]:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(FileNotFoundError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith(f"{volume}/") and target.endswith(" (deleted)"):
+                        written += os.stat(f"/proc/{pid}/fd/{fd}").st_size
+    return written
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -401,9 +416,7 @@ def test_a_server_killed_during_put_and_get_leaves_whole_files_only(faulty, code
     put = subprocess.Popen([str(VENV_BIN / "div"), "storage", "put", "faults", str(big)],
                            cwd=code, env=faulty.div_env(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE)
-    uploads = faulty.data_dir / "share" / "e2e" / ".uploads"
-    _wait(lambda: any(p.stat().st_size > 10**6 for p in uploads.glob(".*.part")), 30,
-          "the upload did not start")
+    _wait(lambda: _unnamed_upload_bytes(faulty, volume) > 10**6, 30, "the upload did not start")
     kill_server(faulty)
     _, err = put.communicate(timeout=60)
     assert put.returncode == 1 and b"API" in err.splitlines()[-1], err

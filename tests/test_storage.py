@@ -115,6 +115,10 @@ def test_a_file_sent_by_sendfile_arrives_whole_and_one_that_shrank_is_not_stored
     assert [e["path"] for e in listed] == ["whole.bin"]
     api.put_file("/volumes/sent/files", str(project / "whole.bin"), len(data),   # the same
                  params={"path": "again.bin"}, headers={"X-Div-Sha256": digest})  # connection
+    (project / "empty.bin").write_bytes(b"")     # sendfile refuses a count of 0
+    api.put_file("/volumes/sent/files", str(project / "empty.bin"), 0, params={"path": "empty.bin"},
+                 headers={"X-Div-Sha256": hashlib.sha256(b"").hexdigest()})
+    assert stack.api("GET", "/volumes/sent/files", params={"path": "empty.bin"}).content == b""
 
 
 def _raw_http(stack, data: bytes, read_until: bytes = b"", wait: float = 10) -> bytes:
