@@ -7,7 +7,9 @@ lands in the page cache, as `cp -r` does:
 - put of 10,000 files of 4 KiB (goal: at least 50% of cp -r + one sync);
 - put again of the unchanged 10,000 files (goal: under 0.5 s).
 Three rounds, each tool in turn, medians: a single round on a small VM's
-disk says more about its writeback than about either tool.
+disk says more about its writeback than about either tool. Nothing is
+deleted until the last round: ext4 makes new files slow for a while after
+many are deleted.
 
 Before each timed command the page cache is primed (prime_page_cache):
 this VM hands free memory back to its host a few seconds after it is
@@ -21,7 +23,6 @@ floor under any put or get.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import statistics
@@ -34,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import DIV, ROOT, div_env, record  # noqa: E402
+from cli.upload import file_sha256  # noqa: E402
 
 SHARE = ROOT / "instance" / "data" / "share" / "dev"
 ROUNDS = 3
@@ -84,15 +86,11 @@ def compare(label: str, ours: list[float], theirs: list[float], nbytes: int, bas
 
 def hash_floor(folder: Path) -> float:
     """sha256 of every file in `folder`, two at a time (this VM's two
-    cores): what checking the bytes costs on one side, at best."""
-    def digest(path: Path) -> None:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
+    cores), as the CLI hashes: what checking the bytes costs one side, at
+    best."""
     t0 = time.perf_counter()
     with ThreadPoolExecutor(2) as pool:
-        list(pool.map(digest, sorted(folder.iterdir())))
+        list(pool.map(file_sha256, sorted(folder.iterdir())))
     return time.perf_counter() - t0
 
 

@@ -5,10 +5,11 @@ share (app/services/volumes.py); nothing here trusts a path a user sent.
 An upload is written as an unnamed file (O_TMPFILE) in its own folder and
 named once its sha256 matches the one the client sent; where the share has
 no O_TMPFILE it lands in <org>/.uploads/ (on the same filesystem, never a
-volume: a volume name cannot start with a dot) and is renamed into place. The hash of a stored file is kept in
-an extended attribute with its size and mtime, so that asking "does the
-volume already have this file?" does not reread it; where the share has no
-user xattrs the file is hashed again."""
+volume: a volume name cannot start with a dot) and is renamed into place.
+The hash of a stored file is kept in an extended attribute with its size
+and mtime, so that asking "does the volume already have this file?" does
+not reread it; where the share has no user xattrs the file is hashed
+again."""
 from __future__ import annotations
 
 import contextlib
@@ -506,11 +507,13 @@ def _name_unnamed(fd: int, parent: int, name: str, org: Org) -> None:
         return
     except FileExistsError:
         pass
+    uploads = uploads_dir(org)
+    sweep_stale_parts(uploads)    # what a server killed between these two steps left
     temp = f".{secrets.token_hex(8)}.part"
     # With a folder descriptor os.link is linkat(AT_SYMLINK_FOLLOW), which
     # links the open file; on a path it is link(2), which would link /proc's
     # own entry (EXDEV).
-    folder = os.open(uploads_dir(org), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    folder = os.open(uploads, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.link(source, temp, dst_dir_fd=folder)
         try:
@@ -580,8 +583,8 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
         stored = 0
         with folders_closed(open_volume(org, volume)) as folders, \
                 tarfile.open(fileobj=io.BytesIO(data), mode="r:") as bundle:
-            hashes = _bundle_hashes(bundle)
-            header = bundle.pax_headers.get("DIV.sha256s")
+            header = bundle.pax_headers.get("DIV.sha256s")   # read with the first member
+            hashes = _bundle_hashes(header)
             for member in bundle:
                 if bundle.pax_headers.get("DIV.sha256s") is not header:
                     raise Invalid("a bundle's DIV.sha256s header comes before its files")
@@ -599,11 +602,11 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
         raise Invalid(f"not a tar bundle: {exc}") from None
 
 
-def _bundle_hashes(bundle: tarfile.TarFile) -> dict:
-    """The global DIV.sha256s header (read with the first member), or none:
-    the CLI's 1,000 files a bundle with paths of at most 4,096 bytes take
-    4.2 MB at most, and a larger one would hold a worker while it is parsed."""
-    raw = bundle.pax_headers.get("DIV.sha256s", "{}")
+def _bundle_hashes(header: str | None) -> dict:
+    """The global DIV.sha256s header as path: sha256, {} without one: the
+    CLI's 1,000 files a bundle with paths of at most 4,096 bytes take 4.2 MB
+    at most, and a larger one would hold a worker while it is parsed."""
+    raw = header or "{}"
     if len(raw) > MAX_HASHES_BYTES:
         raise Invalid("a bundle's DIV.sha256s header may be at most 8 MiB")
     try:
