@@ -42,8 +42,8 @@ ROUNDS = 3
 
 
 def prime_page_cache(nbytes: int = 3 << 29) -> None:
-    """Writes and deletes a file as large as what the next command writes,
-    so that command's page cache lands in memory this VM has just used."""
+    """Writes and deletes a file larger than any timed command writes, so
+    that command's page cache lands in memory this VM has just used."""
     block = os.urandom(1 << 20)
     path = ROOT / "instance" / ".bench-prime"
     with open(path, "wb") as f:
