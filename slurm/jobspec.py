@@ -11,6 +11,12 @@ GPU_TYPES = ("b300", "h200", "h100", "l40s")
 CPU = "cpu"
 DEFAULT_IMAGE = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime"
 RUNTIMES = ("none", "pyxis", "apptainer")
+# "isolated": each run's tasks join the network of their own job that
+# divergent's prolog makes on each node (slurm/node/); "shared": the node's.
+RUN_NETWORKS = ("isolated", "shared")
+# "exclusive": a run shares nodes only with its own org's (Slurm's MCS,
+# mcs/account with select); "shared": with anyone's.
+ORG_NODES = ("shared", "exclusive")
 
 RUN_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 # A catalog name as users type it: a100, rtx6000, h100-80g.
@@ -119,12 +125,18 @@ class SlurmSite:
     # /etc (where the site's Python lives, say), and PATH inside the run.
     bind_paths: tuple[str, ...] = ()
     path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    run_network: str = "isolated"
+    org_nodes: str = "shared"
 
     def __post_init__(self):
         if self.qos is not None:
             _check(SLURM_NAME, self.qos, "QoS")
         if self.runtime not in RUNTIMES:
             raise InvalidJobSpec(f"runtime must be one of {', '.join(RUNTIMES)}")
+        if self.run_network not in RUN_NETWORKS:
+            raise InvalidJobSpec(f"run_network must be one of {', '.join(RUN_NETWORKS)}")
+        if self.org_nodes not in ORG_NODES:
+            raise InvalidJobSpec(f"org_nodes must be one of {', '.join(ORG_NODES)}")
 
 
 @dataclass(frozen=True)

@@ -165,6 +165,8 @@ div_exec() {
         ld.so.conf ld.so.conf.d alternatives os-release mime.types /etc/python3*; do
         args+=(--ro-bind-try "/etc/${etc#/etc/}" "/etc/${etc#/etc/}")
     done
+    # The job's own network names its nodes by their addresses in it.
+    [ -f "$div_job_hosts" ] && args+=(--ro-bind "$div_job_hosts" /etc/hosts)
     local p v
     for p in "${div_bind_paths[@]}"; do args+=(--ro-bind "$p" "$p"); done
     for p in /dev/nvidia* /dev/dri; do [ -e "$p" ] && args+=(--dev-bind "$p" "$p"); done
@@ -186,10 +188,11 @@ div_exec() {
         mounts+=",$div_volumes_dir/$v:/mnt/$v"
         div_has_trees "$v" && mounts+=",$div_trees_dir/$v:/mnt/$v/code:ro"
     done
+    [ -f "$div_job_hosts" ] && mounts+=",$div_job_hosts:/etc/hosts:ro"
     # --export=ALL: under the job's --export=NONE a step would get none of
     # the div_* values LAUNCH needs.
     srun --overlap --export=ALL --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
-        --container-image="$div_image" --container-mounts="$mounts" \
+        $div_isolate --container-image="$div_image" --container-mounts="$mounts" \
         --container-workdir=/workspace --no-container-mount-home \
         /bin/bash -c "$div_launch"
 }
@@ -206,6 +209,7 @@ div_exec() {
         args+=(--bind "$div_volumes_dir/$v:/mnt/$v")
         div_has_trees "$v" && args+=(--bind "$div_trees_dir/$v:/mnt/$v/code:ro")
     done
+    [ -f "$div_job_hosts" ] && args+=(--bind "$div_job_hosts:/etc/hosts:ro")
     apptainer "${args[@]}" "docker://$div_image" /bin/bash -c "$div_launch"
 }
 '''
@@ -244,7 +248,7 @@ fi'''
 # The batch step: the node function once per node; the first rank to fail
 # gives the run its exit code (srun then ends the others), else rank 0's.
 MAIN = r'''
-srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
+srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" $div_node_isolate \
     /bin/bash -c "$(declare -f div_node div_warn div_has_trees div_is_volume div_cleanup \
         div_exec); div_node" \
     >>"$div_state/slurm.log" 2>&1
@@ -278,6 +282,8 @@ def sbatch_directives(spec: JobSpec, site: SlurmSite) -> list[str]:
     ]
     if spec.time_limit_minutes is not None:
         lines.append(f"--time={spec.time_limit_minutes}")
+    if site.org_nodes == "exclusive":
+        lines.append("--exclusive=mcs")
     if spec.after_jobs:
         # A copy that fails ends this job at once, never leaves it pending.
         lines += ["--dependency=afterok:" + ":".join(spec.after_jobs), "--kill-on-invalid-dep=yes"]
@@ -363,11 +369,25 @@ def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
         "export " + _assign("div_scratch_root", site.scratch_root),
         "export " + _assign("div_gpus", "no" if spec.hardware(site).is_cpu else "yes"),
         "export " + _assign("div_launch", LAUNCH),
+        *_isolation_values(site),
         # Only `none` runs it (EXEC_NONE); images bring their own Python.
         *(["export " + _assign("div_python_env", PYTHON_ENV)] if site.runtime == "none" else []),
         # Arrays do not cross srun's environment: a declaration does.
         "export div_bind_paths_decl=" + shlex.quote(
             _array_declaration("div_bind_paths", list(site.bind_paths))),
+    ]
+
+
+def _isolation_values(site: SlurmSite) -> list[str]:
+    """Which srun joins the job's own network (srun --div-isolate): the
+    node function's, or under pyxis the container's step alone, since the
+    node function starts that step and must reach slurmctld to."""
+    isolate = "--div-isolate" if site.run_network == "isolated" else ""
+    pyxis = site.runtime == "pyxis"
+    return [
+        "export " + _assign("div_node_isolate", "" if pyxis else isolate),
+        "export " + _assign("div_isolate", isolate if pyxis else ""),
+        'export div_job_hosts="/run/divergent/jobs/$SLURM_JOB_ID/hosts"',
     ]
 
 

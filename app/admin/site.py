@@ -17,7 +17,7 @@ from app.services.site import (
     with_changes,
     with_gpu_type,
 )
-from slurm.jobspec import RUNTIMES, GpuType
+from slurm.jobspec import ORG_NODES, RUN_NETWORKS, RUNTIMES, GpuType
 
 
 def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
@@ -50,6 +50,12 @@ def _transport(kind: str | None, **ssh) -> dict | None:
 @click.option("--accounts", type=click.Choice(["make", "existing"]),
               help="make: each org's Slurm account is made on its first run; existing: "
                    "orgs use accounts the site's admins made (flask create-org --account).")
+@click.option("--run-network", type=click.Choice(RUN_NETWORKS),
+              help="isolated: each run in a network of its own job (slurm/node/ on every "
+                   "node); shared: the node's network, for sites without those parts.")
+@click.option("--org-nodes", type=click.Choice(ORG_NODES),
+              help="exclusive: no two orgs' runs share a node (slurm.conf: "
+                   "MCSPlugin=mcs/account, MCSParameters=ondemand,select); shared: they may.")
 @click.option("--transport", type=click.Choice(TRANSPORTS),
               help="Run Slurm's commands on this host, on a login node over SSH, or call "
                    "Slurm's C API here through pyslurm (see flask doctor).")
@@ -60,8 +66,8 @@ def _transport(kind: str | None, **ssh) -> dict | None:
 @click.option("--ssh-known-hosts", metavar="PATH",
               help="known_hosts with the login node's key (else the system's): never trust on first use.")
 @click.pass_context
-def site(ctx, partitions, gres, runtime, gpus_per_node, scratch_root, qos, accounts, transport,
-         ssh_host, ssh_user, ssh_key, ssh_port, ssh_known_hosts) -> None:
+def site(ctx, partitions, gres, runtime, gpus_per_node, scratch_root, qos, accounts, run_network,
+         org_nodes, transport, ssh_host, ssh_user, ssh_key, ssh_port, ssh_known_hosts) -> None:
     """Show the site's Slurm settings, or change them. The server and the
     reconciler reread them on their next request or cycle; check the result
     with `flask doctor`."""
@@ -71,7 +77,8 @@ def site(ctx, partitions, gres, runtime, gpus_per_node, scratch_root, qos, accou
     changes = {key: value for key, value in (
         ("runtime", runtime), ("gpus_per_node", gpus_per_node),
         ("scratch_root", scratch_root), ("partitions", _pairs(partitions, "--partition")),
-        ("gres", _pairs(gres, "--gres")), ("qos", qos)) if value}
+        ("gres", _pairs(gres, "--gres")), ("qos", qos), ("run_network", run_network),
+        ("org_nodes", org_nodes)) if value}
     if accounts is not None:
         changes["make_accounts"] = accounts == "make"
     wire = _transport(transport, host=ssh_host, user=ssh_user, key_path=ssh_key, port=ssh_port,
@@ -86,6 +93,8 @@ def site(ctx, partitions, gres, runtime, gpus_per_node, scratch_root, qos, accou
     click.echo(f"scratch        {slurm.scratch_root}")
     click.echo(f"qos            {slurm.qos or '-'}")
     click.echo(f"accounts       {'made for each org' if slurm.make_accounts else 'existing'}")
+    click.echo(f"run network    {slurm.run_network}")
+    click.echo(f"org nodes      {slurm.org_nodes}")
     click.echo(f"Slurm on       {current.transport.describe()}")
     _catalog_table(slurm.catalog)
 

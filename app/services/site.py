@@ -16,6 +16,8 @@ GRES (and may set GPUs a node for all four GPU types):
     bind_paths = ["/opt/conda"]
     qos = "normal"             # every job's, unless its type names one
     make_accounts = false      # orgs use accounts the site's admins made
+    run_network = "isolated"   # each run's own network (slurm/node/), or "shared"
+    org_nodes = "exclusive"    # orgs never share a node (Slurm's mcs/account), or "shared"
     [partitions]
     h100 = "gpu-h100"
     [gres]
@@ -73,7 +75,8 @@ TRANSPORTS = ("local", "ssh", "pyslurm")
 # Partition and GRES names go into #SBATCH lines: plain names only.
 SLURM_NAME = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
 # [slurm] settings: SlurmSite's own, and the docs' types' GPUs a node.
-RUNTIME_KEYS = ("runtime", "scratch_root", "bind_paths", "qos", "make_accounts")
+RUNTIME_KEYS = ("runtime", "scratch_root", "bind_paths", "qos", "make_accounts", "run_network",
+                "org_nodes")
 SLURM_KEYS = (*RUNTIME_KEYS, "gpus_per_node")
 DEFAULT_PER_NODE = 8
 SSH_KEYS = ("host", "user", "key_path", "port", "known_hosts")
@@ -174,7 +177,9 @@ def parse_site(data: dict) -> Site:
     try:
         site = SlurmSite(catalog=catalog, runtime=slurm.get("runtime", default.runtime),
                          scratch_root=scratch, bind_paths=tuple(bind_paths), qos=qos,
-                         make_accounts=make_accounts)
+                         make_accounts=make_accounts,
+                         run_network=slurm.get("run_network", default.run_network),
+                         org_nodes=slurm.get("org_nodes", default.org_nodes))
     except InvalidJobSpec as exc:
         raise SiteConfigError(f"[slurm] {exc}") from None
     return Site(site, _transport(transport))

@@ -27,12 +27,20 @@ GPU_TYPES=(b300 h200 h100 l40s)
 GPUS_PER_TYPE=8
 NODE_MEMORY_MB=$((336 * 1024))
 # The accounting database is local to this machine and the dev cluster only.
+# divergent's prolog, epilog and SPANK plugin, as a site installs them.
+NODE_PARTS=${DIV_DEV_NODE_PARTS:-/usr/local/lib/divergent}
+# The dev S3 server's port on the bridge: the one thing outside their job
+# that runs reach. Processes and threads of a job on a node, at most.
+S3_PORT=${DIV_S3_PORT:-18080}
+PIDS_MAX=${DIV_DEV_PIDS_MAX:-4096}
 DB_PASSWORD=${DIV_DEV_DB_PASSWORD:-div-dev-slurm}
 
 say() { echo "slurm/dev: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 
 node_addr() { echo "10.77.0.$((10 + $1))"; }
+# Node i's jobs' addresses: 10.(80+i).x.y (slurm/node/prolog).
+job_prefix() { echo "10.$((80 + $1))"; }
 
 pid_file() { echo "$STATE/run/$1.up.pid"; }
 

@@ -36,6 +36,9 @@ export div_image=pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime
 export div_scratch_root=/tmp
 export div_gpus=yes
 export div_launch='trap "" USR1; eval "$div_env_decl"; eval "$div_secrets_decl"; for div_kv in "${div_env[@]}" "${div_secrets[@]}"; do export -- "$div_kv"; done; _div_command=$div_command; unset -v "${!div_@}"; exec /bin/bash -c "$_div_command"'
+export div_node_isolate=--div-isolate
+export div_isolate=''
+export div_job_hosts="/run/divergent/jobs/$SLURM_JOB_ID/hosts"
 export div_python_env='if (cd / && python3 -I -m venv --system-site-packages --without-pip \
         /div/python) 2>/dev/null; then
     for div_pip in pip pip3; do
@@ -168,6 +171,8 @@ div_exec() {
         ld.so.conf ld.so.conf.d alternatives os-release mime.types /etc/python3*; do
         args+=(--ro-bind-try "/etc/${etc#/etc/}" "/etc/${etc#/etc/}")
     done
+    # The job's own network names its nodes by their addresses in it.
+    [ -f "$div_job_hosts" ] && args+=(--ro-bind "$div_job_hosts" /etc/hosts)
     local p v
     for p in "${div_bind_paths[@]}"; do args+=(--ro-bind "$p" "$p"); done
     for p in /dev/nvidia* /dev/dri; do [ -e "$p" ] && args+=(--dev-bind "$p" "$p"); done
@@ -180,7 +185,7 @@ div_exec() {
 $div_launch"
 }
 
-srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
+srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" $div_node_isolate \
     /bin/bash -c "$(declare -f div_node div_warn div_has_trees div_is_volume div_cleanup \
         div_exec); div_node" \
     >>"$div_state/slurm.log" 2>&1

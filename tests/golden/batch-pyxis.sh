@@ -36,6 +36,9 @@ export div_image=pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime
 export div_scratch_root=/tmp
 export div_gpus=yes
 export div_launch='trap "" USR1; eval "$div_env_decl"; eval "$div_secrets_decl"; for div_kv in "${div_env[@]}" "${div_secrets[@]}"; do export -- "$div_kv"; done; _div_command=$div_command; unset -v "${!div_@}"; exec /bin/bash -c "$_div_command"'
+export div_node_isolate=''
+export div_isolate=--div-isolate
+export div_job_hosts="/run/divergent/jobs/$SLURM_JOB_ID/hosts"
 export div_bind_paths_decl='div_bind_paths=(/opt/conda)'
 div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e \
     2>/dev/null)
@@ -151,15 +154,16 @@ div_exec() {
         mounts+=",$div_volumes_dir/$v:/mnt/$v"
         div_has_trees "$v" && mounts+=",$div_trees_dir/$v:/mnt/$v/code:ro"
     done
+    [ -f "$div_job_hosts" ] && mounts+=",$div_job_hosts:/etc/hosts:ro"
     # --export=ALL: under the job's --export=NONE a step would get none of
     # the div_* values LAUNCH needs.
     srun --overlap --export=ALL --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
-        --container-image="$div_image" --container-mounts="$mounts" \
+        $div_isolate --container-image="$div_image" --container-mounts="$mounts" \
         --container-workdir=/workspace --no-container-mount-home \
         /bin/bash -c "$div_launch"
 }
 
-srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" \
+srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" $div_node_isolate \
     /bin/bash -c "$(declare -f div_node div_warn div_has_trees div_is_volume div_cleanup \
         div_exec); div_node" \
     >>"$div_state/slurm.log" 2>&1
