@@ -104,13 +104,20 @@ class SlurmClient:
     # Whether this client can submit and follow a sweep's job array.
     submits_arrays = True
 
+    def config(self) -> dict[str, str]:
+        """The controller's settings, as scontrol show config lists them."""
+        pairs = (line.partition("=") for line in
+                 self._run(["scontrol", "show", "config"]).stdout.splitlines())
+        return {key.strip(): value.strip() for key, sep, value in pairs if sep}
+
     def max_array_size(self) -> int:
         """Slurm's MaxArraySize: a job array's indices go up to one less."""
-        for line in self._run(["scontrol", "show", "config"]).stdout.splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == "MaxArraySize" and value.strip().isdigit():
-                return int(value.strip())
-        return 1001      # Slurm's default
+        value = self.config().get("MaxArraySize", "")
+        return int(value) if value.isdigit() else 1001      # Slurm's default
+
+    def srun_options(self) -> str:
+        """srun's help, which lists the options SPANK plugins add."""
+        return self._run(["srun", "--help"]).stdout
 
     def submit(self, script: str) -> str:
         """Submits a batch script (on stdin) and returns the job id."""
@@ -222,11 +229,10 @@ class SlurmClient:
 
     def version(self) -> str:
         """The controller's Slurm release ("22.05.8")."""
-        for line in self._run(["scontrol", "show", "config"]).stdout.splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == "SLURM_VERSION":
-                return value.strip()
-        raise SlurmError("scontrol show config: no SLURM_VERSION")
+        version = self.config().get("SLURM_VERSION")
+        if version is None:
+            raise SlurmError("scontrol show config: no SLURM_VERSION")
+        return version
 
     def partitions(self) -> set[str]:
         return set(self._run(["sinfo", "--noheader", "--format=%R"]).stdout.split())

@@ -38,6 +38,8 @@ DIRECTIVES = {
     "open-mode": "log_files_open_mode", "export": "environment",
     "requeue": "is_requeueable", "signal": "signal", "dependency": "dependencies",
     "kill-on-invalid-dep": "kill_on_invalid_dependency",
+    # --exclusive=mcs: pyslurm's resource_sharing takes sbatch's word for it.
+    "exclusive": "resource_sharing",
 }
 ALREADY_DONE = "Job/step already completing or completed"
 # Live states in which the job has ended all the same: its final record may

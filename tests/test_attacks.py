@@ -548,3 +548,142 @@ def test_no_org_may_queue_more_live_runs_than_the_site_allows(app_context, app):
     check_may_start(user)                     # 2 live: room for one more
     with pytest.raises(Conflict, match="has 2 runs queued or running; at most 3"):
         check_may_start(user, 2)
+
+
+# What a run tries to reach, and what it finds: "open" or the error's name.
+NETWORK_PROBE = """
+import json, os, socket, sys
+def reach(host, port):
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+        return "open"
+    except OSError as exc:
+        return type(exc).__name__
+targets = json.loads(os.environ["TARGETS"])
+print("REACH " + json.dumps({name: reach(*where) for name, where in targets.items()}))
+"""
+
+# A run of the other org's that listens on its MASTER_PORT and on 29999 and
+# says whether anyone came.
+LISTENER = """
+import os, socket, time
+s1 = socket.create_server(("0.0.0.0", int(os.environ["MASTER_PORT"])))
+s2 = socket.create_server(("0.0.0.0", 29999))
+for s in (s1, s2):
+    s.settimeout(0.2)
+came = 0
+for _ in range(75):
+    for s in (s1, s2):
+        try:
+            s.accept(); came += 1
+        except TimeoutError:
+            pass
+print(f"CAME {came}", flush=True)
+"""
+
+
+def _job_of(stack, name: str, org: str) -> tuple[str, str]:
+    """A running run's Slurm job id and its first node."""
+    job = stack.run_json(name, org=org)["slurm_job_id"]
+    node = subprocess.run(["squeue", "-h", "-j", job, "-o", "%N"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    return job, subprocess.run(["scontrol", "show", "hostnames", node], capture_output=True,
+                               text=True, check=True).stdout.split()[0]
+
+
+def _listening_ports(node: str, program: str) -> list[int]:
+    """The TCP ports `program` listens on in a node's own network."""
+    listed = subprocess.run(["nsenter", f"--net=/run/netns/div-{node}", "ss", "-Hltnp"],
+                            capture_output=True, text=True, check=True).stdout
+    return [int(line.split()[3].rsplit(":", 1)[1]) for line in listed.splitlines()
+            if f'"{program}"' in line]
+
+
+def test_a_run_reaches_its_own_job_and_the_sites_list_and_nothing_else_on_the_network(
+        stack, project):
+    (project / "listen.py").write_text(LISTENER)
+    (project / "probe.py").write_text(NETWORK_PROBE)
+    victim = stack.div("run", "--gpu", "cpu", "--detach", "--name", "net-victim", "listen.py",
+                       cwd=project, org="other")
+    assert victim.returncode == 0, victim.stderr
+    stack.wait_for_status("net-victim", "running", org="other")
+    job, node = _job_of(stack, "net-victim", "other")
+    index = int(node.removeprefix("node"))
+    victim_addr = f"10.{80 + index}.{(int(job) >> 8) & 255}.{int(job) & 255}"
+    master_port = 20000 + int(job) % 40000
+    srun_ports = _listening_ports(node, "srun")
+    assert srun_ports, "the victim's batch step runs srun, which listens for its I/O"
+    targets = {
+        "victim-master-port": [victim_addr, master_port],
+        "victim-port": [victim_addr, 29999],
+        "victim-srun": [f"10.77.0.{10 + index}", srun_ports[0]],
+        "slurmctld": ["10.77.0.1", 6817],
+        "slurmdbd": ["10.77.0.1", 6819],
+        "s3": ["10.77.0.1", 18080],
+        **{f"slurmd-node{i}": [f"10.77.0.{10 + i}", 6818] for i in range(1, 5)},
+        "own-node-gateway": ["169.254.0.1", 6818],
+        "server": ["10.77.0.1", stack.port],
+    }
+    # On the victim's node and on another; --gpus 16 is two nodes, whose
+    # ranks reach each other (rank 0 listens, rank 1 connects).
+    done, out, err = _run(stack, project, "--env", f"TARGETS={json.dumps(targets)}",
+                          "--", "python probe.py")
+    assert done.returncode == 0, err
+    reached = json.loads(re.search(r"REACH (.*)", out).group(1))
+    assert reached.pop("s3") == "open"
+    assert set(reached.values()) <= {"OSError", "ConnectionRefusedError"}, reached
+    assert all(result != "open" for result in reached.values()), reached
+    peers = _run(stack, project, "--gpu", "h100", "--gpus", "16", "--", (
+        'if [ "$NODE_RANK" = 0 ]; then python -c "import os, socket; '
+        "s = socket.create_server(('0.0.0.0', int(os.environ['MASTER_PORT']))); "
+        "c, _ = s.accept(); print('PEER', c.recv(10).decode())\"; else "
+        'python -c "import os, socket, time; time.sleep(2); '
+        "socket.create_connection((os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])), "
+        "timeout=10).sendall(b'hello')\"; fi"))
+    assert peers[0].returncode == 0 and "PEER hello" in peers[1], peers[2]
+    stack.wait_for_status("net-victim", "succeeded", org="other", timeout=60)
+    assert "CAME 0" in stack.div("logs", "net-victim", cwd=project, org="other").stdout.decode()
+
+
+FORK_BOMB = """
+import os, time
+children = 0
+try:
+    while children < 6000:
+        if os.fork() == 0:
+            time.sleep(20)
+            os._exit(0)
+        children += 1
+except OSError as exc:
+    print(f"STOPPED {children} {type(exc).__name__}", flush=True)
+"""
+
+
+def test_a_runs_processes_are_bounded_on_each_node(stack, project):
+    (project / "forks.py").write_text(FORK_BOMB)
+    done, out, err = _run(stack, project, "forks.py")
+    assert done.returncode == 0, err
+    stopped = re.search(r"STOPPED (\d+) BlockingIOError", out)
+    assert stopped and int(stopped.group(1)) < 4096, out    # the job's pids cgroup (PIDS_MAX)
+    assert stack.api("GET", "/whoami", org="other").status_code == 200
+
+
+def test_a_site_may_keep_orgs_off_each_others_nodes(stack, project):
+    stack.flask("site", "--org-nodes", "exclusive")
+    try:
+        for name, org in (("mcs-first", "e2e"), ("mcs-theirs", "other"), ("mcs-second", "e2e")):
+            started = stack.div("run", "--gpu", "cpu", "--no-upload", "--detach", "--name", name,
+                                "--", "sleep 30", cwd=project, org=org)
+            assert started.returncode == 0, started.stderr
+            stack.wait_for_status(name, "running", org=org)
+        nodes = {name: _job_of(stack, name, org)[1] for name, org in (
+            ("mcs-first", "e2e"), ("mcs-theirs", "other"), ("mcs-second", "e2e"))}
+        # Slurm packs the first idle node: the other org's run goes elsewhere,
+        # the same org's shares it.
+        assert nodes["mcs-theirs"] != nodes["mcs-first"] == nodes["mcs-second"], nodes
+        doctor = stack.flask("doctor", check=False).stdout
+        assert re.search(r"org nodes.*exclusive.*mcs/account", doctor), doctor
+    finally:
+        stack.flask("site", "--org-nodes", "shared")
+        for name, org in (("mcs-first", "e2e"), ("mcs-theirs", "other"), ("mcs-second", "e2e")):
+            stack.div("stop", name, cwd=project, org=org)

@@ -160,6 +160,32 @@ def _share(client: SlurmClient, _: dict) -> str:
     return f"{share} is writable, and seen where Slurm runs"
 
 
+@_needs_slurm
+def _run_network(client: SlurmClient, _: dict) -> str:
+    if load_site().slurm.run_network == "shared":
+        return ("shared: runs use their node's network and may reach its ports and other "
+                "runs' (`flask site --run-network isolated` once slurm/node/ is on every node)")
+    config = client.config()
+    if "--div-isolate" not in client.srun_options():
+        raise Problem("isolated, but srun has no --div-isolate: install divergent's SPANK "
+                      "plugin (slurm/node/spank_divergent.c) in plugstack.conf, or every run fails")
+    if config.get("Prolog", "(null)") == "(null)" or "Alloc" not in config.get("PrologFlags", ""):
+        raise Problem("isolated, but slurm.conf lacks Prolog=<slurm/node/prolog>, "
+                      "Epilog=<slurm/node/epilog> and PrologFlags=Alloc: every run fails")
+    return f"isolated: each run in its own job's network ({config['Prolog']})"
+
+
+@_needs_slurm
+def _org_nodes(client: SlurmClient, _: dict) -> str:
+    if load_site().slurm.org_nodes == "shared":
+        return "shared: runs of different orgs may share a node"
+    config = client.config()
+    if config.get("MCSPlugin") != "mcs/account" or "select" not in config.get("MCSParameters", ""):
+        raise Problem("exclusive, but Slurm does not keep accounts apart: slurm.conf needs "
+                      "MCSPlugin=mcs/account and MCSParameters=ondemand,select")
+    return f"exclusive: orgs never share a node (mcs/account, {config['MCSParameters']})"
+
+
 def _reconciler(_: dict) -> str:
     lease = db.session.get(Lease, leases.RECONCILER)
     if lease is None or lease.expires_at < utcnow():
@@ -193,7 +219,8 @@ def _secrets_keys(_: dict) -> str:
 
 CHECKS = (("site settings", _site), ("database", _database), ("Slurm", _slurm),
           ("accounting", _accounting), ("pyslurm", _pyslurm), ("partitions and GPUs", _partitions),
-          ("share", _share), ("reconciler", _reconciler), ("prices", _prices),
+          ("share", _share), ("run network", _run_network), ("org nodes", _org_nodes),
+          ("reconciler", _reconciler), ("prices", _prices),
           ("secrets", _secrets_keys))
 
 
