@@ -54,12 +54,20 @@ class Config:
     # one username) within the window (seconds) answer 429 until it passes.
     DIV_AUTH_MAX_FAILURES = int(os.environ.get("DIV_AUTH_MAX_FAILURES", "10"))
     DIV_AUTH_WINDOW = int(os.environ.get("DIV_AUTH_WINDOW", "300"))
-    # Log followers each hold a worker thread: at most this many a worker
-    # (3/4 of DIV_THREADS, 128), and this many of one org's a worker, so other
-    # requests and other orgs always find threads (app/services/follow_slots.py).
+    # Log followers each hold a worker thread, and so do transfers (uploads,
+    # downloads, plain log reads) for as long as their client takes: at most
+    # this many of each a worker (1/2 and 1/4 of DIV_THREADS, 128), and this
+    # many of one org's a worker, so other requests and other orgs always
+    # find threads (app/services/request_slots.py).
     DIV_FOLLOWERS_PER_WORKER = int(os.environ.get(
-        "DIV_FOLLOWERS_PER_WORKER", str(max(1, int(os.environ.get("DIV_THREADS", "128")) * 3 // 4))))
+        "DIV_FOLLOWERS_PER_WORKER", str(max(1, int(os.environ.get("DIV_THREADS", "128")) // 2))))
     DIV_FOLLOWERS_PER_ORG = int(os.environ.get("DIV_FOLLOWERS_PER_ORG", "32"))
+    DIV_TRANSFERS_PER_WORKER = int(os.environ.get(
+        "DIV_TRANSFERS_PER_WORKER", str(max(1, int(os.environ.get("DIV_THREADS", "128")) // 4))))
+    DIV_TRANSFERS_PER_ORG = int(os.environ.get("DIV_TRANSFERS_PER_ORG", "12"))
+    # A client connection that sends or takes nothing for this long is
+    # closed, whatever it was doing (app/web/gunicorn_conf.py, upload_body.py).
+    DIV_CLIENT_IDLE_SECONDS = float(os.environ.get("DIV_CLIENT_IDLE_SECONDS", "60"))
     # A JSON body (a manifest of 100,000 files is about 13 MB) is read whole;
     # files and bundles stream, with their own limits (app/services/storage.py).
     MAX_CONTENT_LENGTH = int(os.environ.get("DIV_MAX_JSON_BYTES", str(16 * 1024 * 1024)))

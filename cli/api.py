@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import random
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 from urllib.parse import quote, urlencode, urlsplit
@@ -22,6 +24,10 @@ from cli.net import proxy_for, tls_context
 TIMEOUT = 30
 CHUNK = 1 << 20
 DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+# A transfer the server has no slot for (429: the org moves as many files as
+# it may at once; 503: the server does) is tried again for this long.
+BUSY = (429, 503)
+BUSY_SECONDS = 300
 
 
 class ApiError(Exception):
@@ -142,17 +148,29 @@ class ApiClient:
     def delete(self, path: str, params: dict | None = None) -> dict:
         return self._json(self._request("DELETE", path, params=params))
 
+    def _transfer(self, method: str, path: str, **kwargs) -> http.client.HTTPResponse:
+        """A request that moves a file, tried again while the server has no
+        slot for it (app/services/request_slots.py)."""
+        waited_since = time.monotonic()
+        while True:
+            try:
+                return self._request(method, path, **kwargs)
+            except ApiError as exc:
+                if exc.status not in BUSY or time.monotonic() - waited_since > BUSY_SECONDS:
+                    raise
+            time.sleep(1 + random.random() * 2)
+
     def put_file(self, path: str, file_path: str, size: int, params: dict | None = None,
                  headers: dict | None = None) -> None:
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size),
                    **(headers or {})}
         with open(file_path, "rb") as f:
-            self._json(self._request("PUT", path, params=params, body=LocalBody(f, size),
-                                     headers=headers))
+            self._json(self._transfer("PUT", path, params=params, body=LocalBody(f, size),
+                                      headers=headers))
 
     def post_bytes(self, path: str, data: bytes, content_type: str) -> dict:
-        return self._json(self._request("POST", path, body=data,
-                                        headers={"Content-Type": content_type}))
+        return self._json(self._transfer("POST", path, body=data,
+                                         headers={"Content-Type": content_type}))
 
     def download(self, path: str, params: dict, out, offset: int, progress) -> tuple[str, int]:
         """Appends the file's bytes from `offset` to `out` (a Range request),
@@ -161,7 +179,7 @@ class ApiClient:
         early close reads as the end of the body. A server that sends the
         whole file instead has `out` rewound (seek(0), truncate())."""
         headers = {"Range": f"bytes={offset}-"} if offset else {}
-        response = self._request("GET", path, params=params, headers=headers)
+        response = self._transfer("GET", path, params=params, headers=headers)
         if offset and response.status != 206:
             out.seek(0)     # the server sent the whole file: start over
             out.truncate()

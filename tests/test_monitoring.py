@@ -12,10 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.extensions import db
 from app.models import Project, utcnow
-from app.services import follow_slots, site_gauges, slurm_access
-from app.services.follow_slots import take_follower_slot
+from app.services import request_slots, site_gauges, slurm_access
 from app.services.keys import create_key
 from app.services.orgs import get_or_create_org, get_or_create_user
+from app.services.request_slots import FOLLOW, take_slot
 from slurm.client import SlurmError
 from tests.test_models import app as migrated_app  # noqa: F401  (the fixture, both databases)
 from tests.test_models import make_run
@@ -98,7 +98,7 @@ def test_runs_queue_spend_reconciler_slurm_errors_and_followers(site):
     assert ("divergent_spend_limit_dollars", (("org", "other"),)) not in m
     assert m[("divergent_reconciler_lag_seconds", ())] == -1           # never cycled
     # This process's followers: other tests' streams may still hold slots.
-    followers = sum(follow_slots._by_org.values())
+    followers = request_slots.held(FOLLOW)
 
     site_gauges.record_cycle(0.25)
     site_gauges.record_cycle(0.5)
@@ -112,7 +112,7 @@ def test_runs_queue_spend_reconciler_slurm_errors_and_followers(site):
             with pytest.raises(SlurmError):
                 slurm_access.slurm_client().query(["1"])
     with app.test_request_context():
-        give_back = take_follower_slot(1)
+        give_back = take_slot(FOLLOW, 1)
         _, m = scrape(app, TOKEN)
         assert m[("divergent_log_followers", ())] == followers + 1
         give_back()
@@ -142,12 +142,12 @@ def test_a_followers_count_that_cannot_be_written_keeps_no_slot(site, monkeypatc
     def full_disk(path, count):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(follow_slots, "note_followers", full_disk)
-    before = sum(follow_slots._by_org.values())
+    monkeypatch.setattr(request_slots, "note_followers", full_disk)
+    before = request_slots.held(FOLLOW)
     with app.test_request_context():
-        give_back = take_follower_slot(1)
+        give_back = take_slot(FOLLOW, 1)
         give_back()
-    assert sum(follow_slots._by_org.values()) == before
+    assert request_slots.held(FOLLOW) == before
 
 
 def test_slurm_away_is_asked_once_per_cache_period_not_once_per_waiter(site):

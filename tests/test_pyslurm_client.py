@@ -5,6 +5,7 @@ tests/test_slurm_cluster.py runs it beside the commands.)"""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -44,8 +45,15 @@ def test_a_runs_wait_for_its_copies_becomes_the_submissions(tmp_path):
     assert options["dependencies"] == "afterok:7:8" and options["kill_on_invalid_dependency"] is True
 
 
+def test_an_org_alone_on_its_nodes_is_pyslurms_mcs_sharing(tmp_path):
+    dirs = [tmp_path / d for d in ("state", "org", "code")]
+    site = replace(SITE, org_nodes="exclusive")
+    options = submit_options(render_batch_script(spec_for(dirs, "true"), site))
+    assert options["resource_sharing"] == "mcs"
+
+
 @pytest.mark.parametrize("line, message", [
-    ("#SBATCH --exclusive", "cannot submit a script with #SBATCH --exclusive"),
+    ("#SBATCH --mail-user=x", "cannot submit a script with #SBATCH --mail-user"),
     ("#SBATCH --export=ALL", "the script must say #SBATCH --export=NONE"),
 ])
 def test_what_we_do_not_write_is_refused_not_dropped(line, message):

@@ -7,8 +7,11 @@ from app.api import bp
 from app.api.auth import token_required
 from app.services.code import MissingBlobs, lay_out_tree, parse_manifest, store_blob
 from app.services.errors import Invalid
+from app.services.request_slots import TRANSFER
+from app.services.storage import MAX_FILE_SECONDS
 from app.services.volumes import check_volume_name
 from app.web.request_args import STREAMED, json_object
+from app.web.slots import holding_slot
 from app.web.upload_body import upload_body
 
 
@@ -28,9 +31,10 @@ def code_tree():
 
 @bp.put("/code/blobs/<sha>")
 @token_required
+@holding_slot(TRANSFER)
 def code_blob(sha: str):
     request.max_content_length = STREAMED   # read within the storage limits
     if request.content_length is None:
         raise Invalid("send the blob with a Content-Length")
-    store_blob(g.user.org, sha, upload_body(request), request.content_length)
+    store_blob(g.user.org, sha, upload_body(request, MAX_FILE_SECONDS), request.content_length)
     return jsonify(stored=sha), 201

@@ -8,8 +8,8 @@ from flask import Response, g, jsonify, request, stream_with_context
 from app.api import bp
 from app.api.auth import token_required
 from app.extensions import db
-from app.services.follow_slots import take_follower_slot
 from app.services.logs import MAX_TAIL_LINES, STREAMS, KeyRevoked, run_log_events, tail_offsets
+from app.services.request_slots import FOLLOW, TRANSFER, take_slot
 from app.services.run_text import header_line, summary_line
 from app.services.runs import (
     check_run,
@@ -103,10 +103,9 @@ def runs_logs(name: str):
         except KeyRevoked:
             db.session.rollback()
 
-    give_back = take_follower_slot(run.org_id) if follow else None
+    give_back = take_slot(FOLLOW if follow else TRANSFER, run.org_id)
     response = Response(stream_with_context(lines()), mimetype="application/x-ndjson",
                         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-    if give_back is not None:
-        response.call_on_close(give_back)
+    response.call_on_close(give_back)
     return response
 

@@ -7,7 +7,9 @@ from flask import g, jsonify, request
 from app.api import bp
 from app.api.auth import token_required
 from app.services.errors import Invalid
+from app.services.request_slots import TRANSFER
 from app.services.storage import (
+    MAX_FILE_SECONDS,
     delete,
     delete_volume,
     files_to_send,
@@ -19,7 +21,8 @@ from app.services.storage import (
 from app.services.volumes import check_volume_name
 from app.web.downloads import send_volume_file
 from app.web.request_args import STREAMED, json_object
-from app.web.upload_body import upload_body
+from app.web.slots import holding_slot
+from app.web.upload_body import bounded_stream, upload_body
 
 
 @bp.get("/volumes")
@@ -54,27 +57,30 @@ def volumes_plan(volume: str):
 
 @bp.put("/volumes/<volume>/files")
 @token_required
+@holding_slot(TRANSFER)
 def volumes_put_file(volume: str):
     request.max_content_length = STREAMED   # read within the storage limits
     sha = request.headers.get("X-Div-Sha256", "")
     if request.content_length is None:
         raise Invalid("send the file with a Content-Length")
     store_file(g.user.org, check_volume_name(volume), request.args.get("path", ""),
-               upload_body(request), request.content_length, sha)
+               upload_body(request, MAX_FILE_SECONDS), request.content_length, sha)
     return jsonify(stored=request.args.get("path")), 201
 
 
 @bp.post("/volumes/<volume>/bundle")
 @token_required
+@holding_slot(TRANSFER)
 def volumes_put_bundle(volume: str):
     request.max_content_length = STREAMED   # read within MAX_BUNDLE_BYTES
-    stored = store_bundle(g.user.org, check_volume_name(volume), request.stream,
-                          request.content_length)
+    stored = store_bundle(g.user.org, check_volume_name(volume),
+                          bounded_stream(request, MAX_FILE_SECONDS), request.content_length)
     return jsonify(stored=stored), 201
 
 
 @bp.get("/volumes/<volume>/files")
 @token_required
+@holding_slot(TRANSFER)
 def volumes_get_file(volume: str):
     return send_volume_file(g.user.org, check_volume_name(volume), request.args.get("path", ""))
 

@@ -6,9 +6,11 @@ from flask import g, render_template, request
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
+from app.services.request_slots import TRANSFER
 from app.services.storage import list_path, volume_summaries
 from app.services.volumes import check_volume_name
 from app.web.downloads import send_volume_file
+from app.web.slots import holding_slot
 
 
 @bp.get("/volumes")
@@ -19,6 +21,7 @@ def volumes():
 
 @bp.get("/volumes/<volume>")
 @login_required
+@holding_slot(TRANSFER)
 def volume_folder(volume: str):
     path = request.args.get("path", "")
     top, entries = list_path(g.user.org, check_volume_name(volume), path)

@@ -9,6 +9,8 @@ offsets it has loses nothing and gets nothing twice.
       (a secret masked: "next" is where the chunk ends in the file)
   {"event": "status", "status": "queued", "waiting": "behind other jobs"}
   {"event": "end", "run": {...}, "summary": "run-k4t9 finished in ..."}
+  {"event": "more", "stdout": 16777216, "stderr": 0}
+      (a read without follow stops after READ_BYTES: ask again from there)
 
 Both faces read logs here: the API as these events (run_log_events), the
 dashboard as windows of text (log_window, log_since)."""
@@ -34,6 +36,10 @@ IDLE_POLL_SECONDS = 0.5    # and at the slowest, while none come (each look cost
 STATUS_SECONDS = 1.0       # how often it rereads the run's status
 ENDING_STATUS_SECONDS = 0.2   # and once the run's command has ended (volumes.run_is_ending)
 HEARTBEAT_SECONDS = 5.0    # an event at least this often, so dead peers show
+# A read without follow sends at most this much, however large the files (a
+# run can write a terabyte of holes in a second): the work of one request
+# is bounded, and the client asks again from the offsets it has.
+READ_BYTES = 16 << 20
 
 
 def utf8_prefix(data: bytes) -> int:
@@ -78,7 +84,11 @@ def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
     last_status, last_event, next_poll = None, time.monotonic(), 0.0
     pause = POLL_SECONDS
     ended = not follow
+    read = 0
     while True:
+        if not follow and read >= READ_BYTES:
+            yield {"event": "more", **offsets}
+            return
         sent = False
         for stream in STREAMS:
             shown, used = masker.mask(read_new(paths[stream], offsets[stream], final=ended),
@@ -89,6 +99,7 @@ def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
                     event["next"] = offsets[stream] + used
                 yield event
                 offsets[stream] += used
+                read += used
                 sent = True
         now = time.monotonic()
         if sent:
