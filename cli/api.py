@@ -42,6 +42,11 @@ class ApiUnreachable(Exception):
     """No answer from the API (refused, reset, timed out, or a bare 502/503)."""
 
 
+class ApiDropped(ApiUnreachable):
+    """The server closed the connection mid-request: a refused upload's body
+    is never read, so its 429 may arrive as a reset."""
+
+
 class ApiClient:
     def __init__(self, url: str, token: str, timeout: float = TIMEOUT):
         parts = urlsplit(url)
@@ -100,7 +105,7 @@ class ApiClient:
                 self._local.conn = None
                 if reused and attempt == 0:
                     continue
-                raise ApiUnreachable(f"cannot reach the API at {self.url}: {_reason(exc)}") from None
+                raise ApiDropped(f"cannot reach the API at {self.url}: {_reason(exc)}") from None
             except OSError as exc:
                 conn.close()
                 self._local.conn = None
@@ -149,14 +154,15 @@ class ApiClient:
         return self._json(self._request("DELETE", path, params=params))
 
     def _transfer(self, method: str, path: str, **kwargs) -> http.client.HTTPResponse:
-        """A request that moves a file, tried again while the server has no
-        slot for it (app/services/request_slots.py)."""
+        """A request that moves a file (each may be sent again whole), tried
+        again while the server has no slot for it (app/services/request_slots.py)."""
         waited_since = time.monotonic()
         while True:
             try:
                 return self._request(method, path, **kwargs)
-            except ApiError as exc:
-                if exc.status not in BUSY or time.monotonic() - waited_since > BUSY_SECONDS:
+            except (ApiError, ApiDropped) as exc:
+                busy = isinstance(exc, ApiDropped) or exc.status in BUSY
+                if not busy or time.monotonic() - waited_since > BUSY_SECONDS:
                     raise
             time.sleep(1 + random.random() * 2)
 

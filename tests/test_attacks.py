@@ -10,6 +10,7 @@ import json
 import os
 import re
 import secrets
+import socket
 import stat
 import subprocess
 import threading
@@ -20,7 +21,8 @@ import pytest
 import requests
 
 from app.services.code import FileEntry, tree_hash
-from tests.stack import ROOT, SERVICE_USER
+from tests.sshd import free_port
+from tests.stack import ROOT, SERVICE_USER, start_stack, stop_stack
 
 
 def _run_document(stdout: bytes) -> dict:
@@ -687,3 +689,98 @@ def test_a_site_may_keep_orgs_off_each_others_nodes(stack, project):
         stack.flask("site", "--org-nodes", "shared")
         for name, org in (("mcs-first", "e2e"), ("mcs-theirs", "other"), ("mcs-second", "e2e")):
             stack.div("stop", name, cwd=project, org=org)
+
+
+@pytest.fixture(scope="module")
+def tight_stack(slurm_cluster):
+    """A stack of its own with small limits, so stalls show in seconds: 16
+    threads a worker (4 transfer slots), 2 an org, 3 s of silence a connection."""
+    running = start_stack(free_port(), None, settings={
+        "DIV_THREADS": "16", "DIV_TRANSFERS_PER_ORG": "2", "DIV_CLIENT_IDLE_SECONDS": "3"})
+    yield running
+    stop_stack(running)
+
+
+def _stalled_upload(stack, org: str, path: str = "big.bin") -> socket.socket:
+    """A PUT of a 1 MB file that sends its headers and 2 bytes, then nothing."""
+    conn = socket.create_connection(("127.0.0.1", stack.port))
+    conn.sendall((f"PUT /api/v1/volumes/stall/files?path={path} HTTP/1.1\r\n"
+                  f"Host: 127.0.0.1\r\nAuthorization: Bearer {stack.tokens[org]}\r\n"
+                  f"X-Div-Sha256: {'0' * 64}\r\nContent-Length: 1000000\r\n\r\nab").encode())
+    return conn
+
+
+def _answer(conn: socket.socket, within: float) -> bytes:
+    """What the server says (or b"" when it closes) within `within` seconds;
+    None when it says nothing that long."""
+    conn.settimeout(within)
+    try:
+        return conn.recv(4096)
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        return b""
+
+
+def test_stalled_uploads_hold_threads_only_to_their_deadline_and_never_another_orgs(tight_stack):
+    stack = tight_stack
+    assert stack.api("POST", "/volumes/stall/plan", org="other", json={"files": []}).ok
+    stalled = [_stalled_upload(stack, "other", f"f{i}.bin") for i in range(60)]
+    try:
+        started = time.monotonic()
+        for _ in range(5):
+            assert stack.api("GET", "/whoami").status_code == 200
+        # Each refused upload costs a thread 2 s at most (gunicorn's linger
+        # for a client's unread bytes): 60 of them, 32 threads.
+        assert time.monotonic() - started < 8
+        # Past the org's share: refused at once, the client told to wait.
+        first = [_answer(conn, 1.0) for conn in stalled]
+        refused = [a for a in first if a and (b" 429 " in a or b" 503 " in a)]
+        assert len(refused) >= 50 and all(b"Retry-After: 5" in a for a in refused)
+        # Those let in hold their slot until 3 s of silence, then a 400.
+        held = [conn for conn, a in zip(stalled, first, strict=True) if a is None]
+        assert 1 <= len(held) <= 4
+        for conn in held:
+            answer = _answer(conn, 10)
+            assert answer is not None and (answer == b"" or b"sent nothing for 3 s" in answer), \
+                answer
+        assert time.monotonic() - started < 15
+    finally:
+        for conn in stalled:
+            conn.close()
+    # Half a request line, then nothing: closed too.
+    slow = socket.create_connection(("127.0.0.1", stack.port))
+    slow.sendall(b"GET /api/v1/who")
+    assert _answer(slow, 10) == b""
+    slow.close()
+
+
+def test_an_upload_that_trickles_ends_at_its_deadline_while_nothing_arrives(app):
+    from gunicorn.http.body import Body
+
+    from app.services.errors import Invalid
+    from app.web.upload_body import Deadline
+    server, client = socket.socketpair()
+    with app.app_context():
+        app.config["DIV_CLIENT_IDLE_SECONDS"] = 60
+        deadline = Deadline(server, 1.5, Body(None))
+        started, buffer = time.monotonic(), bytearray(10)
+        with pytest.raises(Invalid, match="must finish within"):
+            while True:
+                client.send(b"x")
+                deadline.read(server.recv_into, buffer, 10)
+                time.sleep(0.4)
+    assert 1.4 < time.monotonic() - started < 3
+    assert server.gettimeout() is None and deadline.body.failed
+
+
+def test_a_plain_log_read_is_bounded_however_large_the_log(stack, project):
+    done = stack.div("run", "--gpu", "cpu", "--no-upload", "--detach", "--name", "holes", "--",
+                     "truncate -s 1T /dev/stdout; echo tail-line", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert stack.wait_for_status("holes", "succeeded", timeout=60)["status"] == "succeeded"
+    started = time.monotonic()
+    answer = stack.api("GET", "/runs/holes/logs")
+    assert time.monotonic() - started < 10
+    events = [json.loads(line) for line in answer.text.splitlines()]
+    assert events[-1]["event"] == "more" and 0 < events[-1]["stdout"] <= 17 << 20

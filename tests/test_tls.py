@@ -10,6 +10,7 @@ import os
 import select
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -177,3 +178,28 @@ def test_the_systemd_units_pass_systemd_analyze_verify(tmp_path):
         Path(unit).write_text(text)
     done = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True)
     assert done.returncode == 0 and not done.stderr.strip(), done.stdout + done.stderr
+
+
+def test_uploads_that_stall_are_held_by_nginx_never_by_the_server(stack, tls, project, tmp_path):
+    url, folder = tls
+    port = int(url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(folder / "ca.pem"))
+    assert stack.api("POST", "/volumes/stalled/plan", org="other", json={"files": []}).ok
+    stalled = []
+    for i in range(40):     # more than the org's transfer slots on both workers
+        conn = context.wrap_socket(socket.create_connection(("127.0.0.1", port)),
+                                   server_hostname="localhost")
+        conn.sendall((f"PUT /api/v1/volumes/stalled/files?path=f{i} HTTP/1.1\r\nHost: localhost\r\n"
+                      f"Authorization: Bearer {stack.tokens['other']}\r\nX-Div-Sha256: {'0' * 64}\r\n"
+                      "Content-Length: 1000000\r\n\r\nab").encode())
+        stalled.append(conn)
+    try:
+        (tmp_path / "data.bin").write_bytes(os.urandom(1 << 20))
+        started = time.monotonic()
+        put = stack.div("storage", "put", "stalled", "data.bin", cwd=tmp_path, org="other",
+                        env=div_env(stack, tls, DIV_TOKEN=stack.tokens["other"]))
+        assert put.returncode == 0, put.stderr
+        assert time.monotonic() - started < 10       # none of the org's slots was taken
+    finally:
+        for conn in stalled:
+            conn.close()

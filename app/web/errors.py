@@ -8,6 +8,7 @@ from werkzeug.exceptions import HTTPException
 
 from app.extensions import db
 from app.services.errors import ServiceError
+from app.web.upload_body import abandon_large_body
 
 
 def init_app(app: Flask) -> None:
@@ -18,6 +19,7 @@ def init_app(app: Flask) -> None:
 
 
 def error_response(status: int, message: str, headers: dict | None = None):
+    abandon_large_body(request)
     if not request.path.startswith("/api/"):
         # The dashboard's pages get a page, not JSON.
         return render_template("error.html", status=status, message=message), status, headers

@@ -54,6 +54,20 @@ class Deadline:
         raise Invalid(message)
 
 
+# gunicorn drains at most this much of a body the view did not read before
+# it serves the connection's next request, waiting up to 5 s for it.
+DRAINED_BYTES = 64 * 1024
+
+
+def abandon_large_body(request: Request) -> None:
+    """A refused request's body is never read: past what gunicorn would
+    drain, the connection closes after the answer instead of waiting 5 s for
+    bytes a stalled client never sends (app/web/gunicorn_worker.py)."""
+    body = request.environ.get("wsgi.input")
+    if isinstance(body, Body) and (request.content_length or 0) > DRAINED_BYTES:
+        body.failed = True
+
+
 def upload_body(request: Request, seconds: float):
     """A file's body: something with readinto(buffer) -> int, ending at the
     body's end."""
