@@ -15,6 +15,8 @@ from app.extensions import db
 ROLES = ("member", "org_admin", "site_admin")
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "canceled",
                 "budget_exceeded", "limit_reached")
+# A run still to end: queued or running.
+LIVE = ("queued", "running")
 
 
 def iso_utc(moment: datetime | None) -> str | None:

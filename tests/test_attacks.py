@@ -784,3 +784,24 @@ def test_a_plain_log_read_is_bounded_however_large_the_log(stack, project):
     assert time.monotonic() - started < 10
     events = [json.loads(line) for line in answer.text.splitlines()]
     assert events[-1]["event"] == "more" and 0 < events[-1]["stdout"] <= 17 << 20
+
+
+def test_parallel_runs_never_share_what_is_left_of_the_orgs_limit(stack):
+    stack.add_org("tight-limit")
+    stack.flask("org-limit", "tight-limit", "0.01")     # two minutes of one core
+    body = {"project": "p", "command": "sleep 20", "gpu": "cpu"}
+    answers = []
+
+    def start():
+        answers.append(stack.api("POST", "/runs", org="tight-limit", json=body))
+    threads = [threading.Thread(target=start) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    made = [a.json()["run"]["name"] for a in answers if a.status_code in (200, 201)]
+    refused = [a.json()["error"] for a in answers if a.status_code == 403]
+    assert len(made) == 1 and len(refused) == 19, [a.status_code for a in answers]
+    assert all("held by live runs" in message for message in refused)
+    for name in made:
+        stack.api("POST", f"/runs/{name}/stop", org="tight-limit")

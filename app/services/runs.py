@@ -16,7 +16,7 @@ from flask import current_app
 from sqlalchemy.orm import selectinload
 
 from app.extensions import db
-from app.models import RUN_STATUSES, Org, Project, Run, User, iso_utc
+from app.models import LIVE, RUN_STATUSES, Org, Project, Run, User, iso_utc
 from app.services.catalog import catalog
 from app.services.checks import parse_check
 from app.services.code import stored_tree
@@ -53,7 +53,7 @@ from app.services.submissions import (
 )
 from app.services.transfers import PROJECT as TRANSFER_PROJECT
 from app.services.transfers import S3Location, Transfer, parse_mount, run_fields
-from app.services.usage import minutes_left
+from app.services.usage import hold_spend, minutes_left
 from app.services.volumes import ensure_volume, org_dir, run_dir, trees_dir, volumes_in_command
 from slurm.client import SlurmError, SubmitNotReceived, SubmitRefused
 from slurm.jobspec import (
@@ -68,7 +68,6 @@ from slurm.jobspec import (
 )
 from slurm.script import render_batch_script
 
-LIVE = ("queued", "running")
 REQUEST_KEY = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 CODE_REF = re.compile(r"^([a-z0-9_-][a-z0-9._-]{0,62})/code/([0-9a-f]{8,64})$")
 MAX_TELEMETRY_BYTES = 64 * 1024
@@ -452,6 +451,10 @@ def create_run(user: User, req: RunRequest, request_key: str | None = None,
         return _create_with_mounts(user, req, request_key)
     sizing = size_run(org, req)
     code_dir, secret_values, project_id = prepare(org, req)
+    # Sized again under the org's lock, held until the run is on record: what
+    # live runs may still spend is reserved against the org's limit.
+    hold_spend(org)
+    sizing = size_run(org, req)
     run = new_run(user, req, sizing, project_id, secret_values, request_key,
                   schedule_name=schedule_name)
     run.mounts = [{"url": location.url, "path": f"/mnt/{volume}", "copy": copy}

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 
 from app.extensions import db
-from app.models import Org, Project, Run, utcnow
+from app.models import LIVE, Org, Project, Run, utcnow
 from app.services.errors import Invalid, ServiceError
 from app.services.pricing import format_usd
 
@@ -65,18 +65,38 @@ def usage_report(org: Org, month: str | None = None) -> dict:
             "gpus": [{"gpu": g, "cost_micros": int(c), "runs": n} for g, c, n in by_gpu]}
 
 
+def reserved(org: Org) -> int:
+    """What the org's live runs may still spend: each one's time limit at
+    its rate (billed by the started minute), less what it has cost so far."""
+    rows = db.session.execute(
+        sa.select(Run.time_limit_minutes, Run.rate_micros_per_hour, Run.cost_micros).where(
+            Run.org_id == org.id, Run.status.in_(LIVE), Run.time_limit_minutes.is_not(None)))
+    return sum(max(0, minutes * rate // 60 - cost) for minutes, rate, cost in rows)
+
+
+def hold_spend(org: Org) -> None:
+    """Locks the org's row until the transaction ends (PostgreSQL's row lock,
+    SQLite's write lock): one admission at a time reads what is spent and
+    reserved and adds its run, so parallel runs never share the same rest
+    of the limit."""
+    db.session.execute(sa.update(Org).where(Org.id == org.id)
+                       .values(monthly_limit_micros=Org.monthly_limit_micros))
+
+
 def minutes_left(org: Org, rate_micros_per_hour: int) -> int | None:
     """Whole minutes a new run at this rate may run before the org reaches its
-    limit (None: no limit). Refuses a run that would start over it."""
+    limit, counting what its live runs may still spend (None: no limit).
+    Refuses a run that would start over it."""
     if org.monthly_limit_micros is None:
         return None
-    spent = month_spend(org)
-    left = org.monthly_limit_micros - spent
+    spent, held = month_spend(org), reserved(org)
+    left = org.monthly_limit_micros - spent - held
     minutes = max(0, left) * 60 // rate_micros_per_hour
     if minutes < 1:
+        reserve = f", {format_usd(held)} held by live runs" if held else ""
         raise LimitReached(
             f"the org's usage limit of {format_usd(org.monthly_limit_micros)} a month is reached "
-            f"({format_usd(spent)} spent this month); an admin can raise it")
+            f"({format_usd(spent)} spent this month{reserve}); an admin can raise it")
     return minutes
 
 
