@@ -74,6 +74,17 @@ class Config:
     # Runs of one org queued or running at once, at most (a sweep counts each
     # member): every live run is followed each reconciler cycle, for every org.
     DIV_MAX_LIVE_RUNS_PER_ORG = int(os.environ.get("DIV_MAX_LIVE_RUNS_PER_ORG", "2000"))
+    # Each org's storage (volumes, code trees and blobs), at most, unless an
+    # admin sets the org's own (flask org-quota): 500GB, 2TB, or none.
+    DIV_STORAGE_QUOTA = os.environ.get("DIV_STORAGE_QUOTA", "none")
+    # How often the reconciler measures each org's storage, at most.
+    DIV_STORAGE_MEASURE_SECONDS = float(os.environ.get("DIV_STORAGE_MEASURE_SECONDS", "300"))
+    # Schedules of one org, at most (each may fire every minute).
+    DIV_MAX_SCHEDULES_PER_ORG = int(os.environ.get("DIV_MAX_SCHEDULES_PER_ORG", "50"))
+    # Runs one org may start within Slurm's MinJobAge (300 s: a finished job
+    # stays in the cluster's one job table that long, MaxJobCount for all).
+    DIV_SUBMIT_WINDOW_SECONDS = int(os.environ.get("DIV_SUBMIT_WINDOW_SECONDS", "300"))
+    DIV_MAX_SUBMITS_PER_WINDOW = int(os.environ.get("DIV_MAX_SUBMITS_PER_WINDOW", "2000"))
     # Prometheus scrapes /metrics with this as its bearer token (or a site
     # admin's API key); empty: site admins only.
     DIV_METRICS_TOKEN = os.environ.get("DIV_METRICS_TOKEN", "")

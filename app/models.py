@@ -56,6 +56,13 @@ class Org(db.Model):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # Offboarded (flask remove-org): its users removed, its records kept.
     removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Its volumes, code trees and blobs together, at most (None: the site's
+    # DIV_STORAGE_QUOTA); what they took when last measured, plus what the
+    # server has written since (app/services/quota.py).
+    storage_quota_bytes: Mapped[int | None] = mapped_column(sa.BigInteger)
+    storage_used_bytes: Mapped[int] = mapped_column(sa.BigInteger, default=0,
+                                                    server_default="0")
+    storage_measured_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     users = relationship("User", back_populates="org")
 

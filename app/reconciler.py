@@ -1,7 +1,8 @@
 """The reconciler: one process that follows Slurm and settles runs. Each
 cycle asks Slurm about every live run at once (one squeue and one sacct
 call), moves states, accrues cost and, at the end, writes the exit code and
-the final cost; then it starts the runs of schedules that are due. It keeps
+the final cost. Beside it, on threads of their own, the runs of schedules
+that are due start and each org's storage is measured. It keeps
 no state of its own: everything is rebuilt from the database and Slurm, so
 it can be restarted at any time. A lease in the database makes sure that of
 several reconcilers only one acts."""
@@ -23,6 +24,7 @@ from app.services.errors import Unavailable
 from app.services.metrics import CYCLE_BUDGET, ORG_CYCLE_BUDGET, MetricsRead, read_metrics
 from app.services.notify import enqueue_for
 from app.services.pricing import cost
+from app.services.quota import measure_next
 from app.services.runs import LIVE, run_dir, run_json
 from app.services.schedules import fire_due
 from app.services.secrets import masked_metrics, remove_secrets_file, rewrite_secrets_file
@@ -39,6 +41,7 @@ from slurm.client import SlurmError
 from slurm.records import JobRecord, run_status
 
 LEASE = leases.RECONCILER
+LEASE_SECONDS = 10.0
 log = logging.getLogger("divergent.reconciler")
 
 
@@ -259,13 +262,27 @@ def _cycle(holder: str, ttl: float, acting: bool) -> bool:
         log.info("reconciler %s is acting", holder)
     started = time.monotonic()
     reconcile_once()
-    fire_due()
     try:
         record_cycle(time.monotonic() - started)
     except Exception:   # a metric not written is not a cycle that failed: no backoff
         db.session.rollback()
         log.warning("could not record the cycle for /metrics", exc_info=True)
     return True
+
+
+def fire_schedules() -> None:
+    """Starts the due schedules' runs, on a thread of its own (one org's
+    many schedules never slow the cycle that settles and bills everyone's
+    runs), and only while this reconciler holds the lease."""
+    if leases.acquire(LEASE, holder_name(), LEASE_SECONDS):
+        fire_due()
+
+
+def measure_storage(most: int = 10) -> None:
+    """Measures the orgs whose storage was measured longest ago, up to `most`."""
+    for _ in range(most):
+        if measure_next() is None:
+            return
 
 
 def run_forever(interval: float, stop_after: float | None = None,
@@ -275,7 +292,7 @@ def run_forever(interval: float, stop_after: float | None = None,
     steps, never inside a transaction, so its lease is always handed back."""
     stop = stop or threading.Event()
     holder = holder_name()
-    ttl = max(10.0, interval * 10)
+    ttl = max(LEASE_SECONDS, interval * 10)
     deadline = None if stop_after is None else time.monotonic() + stop_after
     acting, pause = False, interval
     try:

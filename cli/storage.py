@@ -178,11 +178,13 @@ class Put:
 def ls(api: ApiClient, volume: str | None, path: str, as_json: bool) -> None:
     """List the org's volumes (size, files), or what is at PATH in VOLUME."""
     if volume is None:
-        volumes = api.get("/volumes")["volumes"]
+        answer = api.get("/volumes")
+        volumes = answer["volumes"]
         if as_json:
             return print_json(volumes)
-        return table(["VOLUME", "SIZE", "FILES"],
-                     [[v["name"], format_bytes(v["size"]), str(v["files"])] for v in volumes])
+        table(["VOLUME", "SIZE", "FILES"],
+              [[v["name"], format_bytes(v["size"]), str(v["files"])] for v in volumes])
+        return _storage_line(answer.get("storage"))
     answer = api.get(f"/volumes/{volume}/ls", {"path": path})
     if as_json:
         return print_json(answer["entries"])
@@ -190,6 +192,15 @@ def ls(api: ApiClient, volume: str | None, path: str, as_json: bool) -> None:
           [["-" if e["type"] == "dir" else format_bytes(e["size"]), _modified(e["mtime"]),
             e["path"].rsplit("/", 1)[-1] + ("/" if e["type"] == "dir" else "")]
            for e in answer["entries"]])
+
+
+def _storage_line(storage: dict | None) -> None:
+    """The org's storage against its quota, on stderr: stdout stays the table."""
+    if not storage:
+        return
+    used, quota = format_bytes(storage["used_bytes"]), storage["quota_bytes"]
+    of = f" of {format_bytes(quota)} quota" if quota is not None else " (no quota)"
+    click.echo(f"storage: {used}{of}, volumes, code and blobs together", err=True)
 
 
 def _modified(mtime: float) -> str:

@@ -253,12 +253,14 @@ class SlurmClient:
         node, for the SSH transport): the share must be the same path there."""
         return self._call(["test", "-d", path]).returncode == 0
 
-    def ensure_account(self, account: str) -> None:
+    def ensure_account(self, account: str, max_jobs: int | None = None) -> None:
         """A Slurm account for an org, with the user Slurm's commands run as
-        (who submits) in it."""
+        (who submits) in it; at most `max_jobs` of its jobs pending or running
+        at once (GrpSubmitJobs, where slurm.conf enforces limits)."""
         user = self.transport.user
         nothing_new = ("Nothing new added",)
-        self._run(["sacctmgr", "-i", "add", "account", account], ok_errors=nothing_new)
+        limit = [f"GrpSubmitJobs={max_jobs}"] if max_jobs is not None else []
+        self._run(["sacctmgr", "-i", "add", "account", account, *limit], ok_errors=nothing_new)
         self._run(["sacctmgr", "-i", "add", "user", user, f"account={account}"],
                   ok_errors=nothing_new)
 

@@ -26,7 +26,7 @@ class Partitions:
     def partition_max_minutes(self):
         return self.max_minutes
 
-    def ensure_account(self, account):
+    def ensure_account(self, account, max_jobs=None):
         self.accounts_made.append(account)
 
 

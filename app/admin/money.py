@@ -11,6 +11,7 @@ from app.admin import admin_command
 from app.services.billing import recompute
 from app.services.orgs import all_orgs, find_org, set_monthly_limit
 from app.services.pricing import change_prices, current_prices, format_usd, limit_text, usd_text
+from app.services.quota import set_quota, usage_text
 from app.services.usage import month_bounds, usage_report
 
 
@@ -28,6 +29,16 @@ def prices(changes: tuple[str, ...]) -> None:
         click.echo(f"{gpu:10s} ${usd_text(price)}/h")
     click.echo(f"{'extra core':10s} ${usd_text(table.extra_core_hour)}/h")
     click.echo(f"{'extra GiB':10s} ${usd_text(table.extra_gib_hour)}/h")
+
+
+@admin_command("org-quota", bad_value="SIZE")
+@click.argument("org_name")
+@click.argument("size", metavar="SIZE|none")
+def org_quota(org_name: str, size: str) -> None:
+    """Set an org's storage quota (its volumes, code and blobs together):
+    500GB, 2TB, or none for the site's DIV_STORAGE_QUOTA."""
+    org = set_quota(find_org(org_name), size)
+    click.echo(f"{org.name}: {usage_text(org)}")
 
 
 @admin_command("org-limit", bad_value="USD")

@@ -18,7 +18,8 @@ from app.admin import admin_command
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
 def reconcile(interval: float | None, once: bool) -> None:
     """Follow Slurm and settle runs, and send notifications, until stopped."""
-    from app.reconciler import reconcile_alone, run_forever
+    from app.reconciler import fire_schedules, measure_storage, reconcile_alone, run_forever
+    from app.services.background import run_every
     from app.services.outbox import run_sender
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if once:
@@ -33,14 +34,19 @@ def reconcile(interval: float | None, once: bool) -> None:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    # Notifications go out from a thread of their own: a receiver that
-    # hangs never holds up a cycle.
-    sender = run_sender(current_app._get_current_object(), stop)
+    # Notifications go out, schedules fire and storage is measured on
+    # threads of their own: a receiver that hangs or an org with many
+    # schedules never holds up a cycle.
+    app = current_app._get_current_object()
+    interval = interval or current_app.config["DIV_RECONCILE_INTERVAL"]
+    beside = [run_sender(app, stop), run_every(app, "schedules", interval, fire_schedules, stop),
+              run_every(app, "storage", 1.0, measure_storage, stop)]
     try:
-        run_forever(interval or current_app.config["DIV_RECONCILE_INTERVAL"], stop=stop)
+        run_forever(interval, stop=stop)
     finally:
         stop.set()
-        sender.join(timeout=15)
+        for thread in beside:
+            thread.join(timeout=15)
 
 
 commands = [reconcile]

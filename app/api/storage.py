@@ -7,6 +7,7 @@ from flask import g, jsonify, request
 from app.api import bp
 from app.api.auth import token_required
 from app.services.errors import Invalid
+from app.services.quota import usage_json
 from app.services.request_slots import TRANSFER
 from app.services.storage import (
     MAX_FILE_SECONDS,
@@ -28,7 +29,7 @@ from app.web.upload_body import bounded_stream, upload_body
 @bp.get("/volumes")
 @token_required
 def volumes_list():
-    return jsonify(volumes=volume_summaries(g.user.org))
+    return jsonify(volumes=volume_summaries(g.user.org), storage=usage_json(g.user.org))
 
 
 @bp.delete("/volumes/<volume>")

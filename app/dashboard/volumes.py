@@ -6,6 +6,7 @@ from flask import g, render_template, request
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
+from app.services.quota import usage_json
 from app.services.request_slots import TRANSFER
 from app.services.storage import list_path, volume_summaries
 from app.services.volumes import check_volume_name
@@ -16,7 +17,8 @@ from app.web.slots import holding_slot
 @bp.get("/volumes")
 @login_required
 def volumes():
-    return render_template("volumes.html", volumes=volume_summaries(g.user.org))
+    return render_template("volumes.html", volumes=volume_summaries(g.user.org),
+                           storage=usage_json(g.user.org))
 
 
 @bp.get("/volumes/<volume>")

@@ -6,9 +6,15 @@ bytes and reuses the tree already laid out.
 
 The tree runs copy into /workspace lives where only the server writes
 (volumes.trees_dir); the volume gets a copy at code/<hash8> for people to
-browse, and runs see the stored trees read-only at /mnt/<volume>/code."""
+browse, and runs see the stored trees read-only at /mnt/<volume>/code.
+
+Work is bounded by the bytes sent, however the manifest names them: a tree's
+files are hard links to the org's immutable blobs (a blob named 50 times is
+stored once), and the volume's copy holds each distinct file once, its
+other names linked to it."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import posixpath
@@ -20,6 +26,7 @@ from dataclasses import dataclass
 from app.models import Org
 from app.services.durable import sync_filesystem, sync_folder
 from app.services.errors import Invalid
+from app.services.quota import charge
 from app.services.storage import MAX_FILE_BYTES, VolumeFolders, folders_closed, receive_verified, uploads_dir
 from app.services.volumes import data_path, ensure_volume, trees_dir
 
@@ -106,6 +113,7 @@ def store_blob(org: Org, sha: str, stream, length: int | None) -> None:
     is never taken for a whole one."""
     if not SHA256.fullmatch(sha):
         raise Invalid("a blob is named by its sha256: 64 lowercase hex digits")
+    charge(org, min(length or 0, MAX_FILE_BYTES))
     final = _blob_path(org, sha)
     os.makedirs(os.path.dirname(final), exist_ok=True)
     os.replace(receive_verified(os.path.dirname(final), stream, length, sha), final)
@@ -129,6 +137,8 @@ def lay_out_tree(org: Org, volume: str, entries: list[FileEntry]) -> Tree:
     name = _tree_name(root, full)
     target = os.path.join(root, name)
     if not os.path.isdir(target):
+        # The tree links the blobs; the volume's copy holds each once more.
+        charge(org, sum({e.sha256: e.size for e in entries}.values()))
         _build(org, entries, root, target, full)
     _show_in_volume(org, volume_path, name, target)
     return Tree(f"{volume}/code/{name}", target, len(entries), sum(e.size for e in entries))
@@ -156,14 +166,65 @@ def _tree_name(root: str, full: str) -> str:
     raise AssertionError("unreachable: the full hash names its tree")
 
 
+class Linker:
+    """Lays files out as hard links, one copy of each distinct (content,
+    mode) made by `first`, then linked; a copy past the filesystem's link
+    limit (ext4: 65,000) starts anew, so even 100,000 names of one file cost
+    two copies, never 100,000."""
+
+    def __init__(self):
+        self._sources: dict[tuple[str, bool], str] = {}
+
+    def place(self, key: tuple[str, bool], dest: str, first) -> None:
+        source = self._sources.get(key)
+        if source is not None:
+            try:
+                os.link(source, dest)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EMLINK:
+                    raise
+        first(dest)
+        self._sources[key] = dest
+
+
+def _link_or_copy(source: str, dest: str) -> None:
+    try:
+        os.link(source, dest)
+    except OSError as exc:
+        if exc.errno != errno.EMLINK:
+            raise
+        shutil.copy2(source, dest)
+
+
+def _blob_face(org: Org, sha: str, executable: bool) -> str:
+    """The blob as a tree's file of that mode: the blob itself (0644), or
+    beside it once, as <sha>.x (0755), for executable files. Blobs are never
+    written again once stored, so trees may share them."""
+    blob = _blob_path(org, sha)
+    if not executable:
+        if os.stat(blob).st_mode & 0o777 != 0o644:
+            os.chmod(blob, 0o644)
+        return blob
+    face = blob + ".x"
+    if not os.path.exists(face):
+        temp = f"{face}.{secrets.token_hex(4)}"
+        shutil.copyfile(blob, temp)
+        os.chmod(temp, 0o755)
+        os.replace(temp, face)
+    return face
+
+
 def _build(org: Org, entries: list[FileEntry], root: str, target: str, full: str) -> None:
     temp = os.path.join(root, f".tmp-{full[:8]}-{secrets.token_hex(4)}")
+    linker = Linker()
     try:
         for e in entries:
             dest = os.path.join(temp, e.path)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            shutil.copyfile(_blob_path(org, e.sha256), dest)
-            os.chmod(dest, 0o755 if e.executable else 0o644)
+            face = _blob_face(org, e.sha256, e.executable)
+            linker.place((e.sha256, e.executable), dest,
+                         lambda d, face=face: _link_or_copy(face, d))
         with open(os.path.join(root, f".{os.path.basename(target)}.tree"), "w") as f:
             f.write(full + "\n")
         sync_filesystem(root)   # a tree is complete on disk before runs are given it
@@ -193,9 +254,24 @@ def _show_in_volume(org: Org, volume_path: str, name: str, tree: str) -> None:
             pass
         temp = os.path.join(uploads_dir(org), f".tree-{secrets.token_hex(8)}")
         try:
-            shutil.copytree(tree, temp)
+            _copy_once_each(tree, temp)
             os.rename(temp, name, dst_dir_fd=code)
         except OSError:
             pass   # shown already (a request at the same moment) or not at all: runs never use it
         finally:
             shutil.rmtree(temp, ignore_errors=True)
+
+
+def _copy_once_each(tree: str, dest: str) -> None:
+    """A copy of the tree in which files that are one inode in the tree (one
+    blob under several names) are one file again, linked: runs may write in
+    the volume, so it never shares an inode with the tree itself."""
+    linker = Linker()
+    for folder, _, files in os.walk(tree):
+        into = os.path.join(dest, os.path.relpath(folder, tree))
+        os.makedirs(into, exist_ok=True)
+        for name in files:
+            source = os.path.join(folder, name)
+            info = os.stat(source, follow_symlinks=False)
+            linker.place((str(info.st_ino), False), os.path.join(into, name),
+                         lambda d, source=source: shutil.copy2(source, d))

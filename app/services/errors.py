@@ -34,6 +34,12 @@ class Refused(ServiceError):
     status = 422
 
 
+class TooManySubmits(ServiceError):
+    """An org started as many runs as it may in a while: try again later."""
+    status = 429
+    headers = {"Retry-After": "60"}
+
+
 class Unavailable(ServiceError):
     """Slurm or the share did not answer; trying again later may work."""
     status = 503

@@ -16,6 +16,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from app.extensions import db
 from app.models import Notification, NotifyChannel, utcnow
+from app.services.background import run_every
 from app.services.delivery import NotDelivered, send_email, send_webhook
 
 log = logging.getLogger("divergent.outbox")
@@ -90,17 +91,4 @@ def send_due() -> int:
 
 def run_sender(app, stop: threading.Event, every: float = 1.0) -> threading.Thread:
     """Starts the sender's thread: a pass every `every` seconds until `stop`."""
-    def loop():
-        with app.app_context():
-            while not stop.is_set():
-                try:
-                    send_due()
-                except Exception:   # the database gone, say: the next pass tries again
-                    db.session.rollback()
-                    log.exception("the sender's pass failed")
-                finally:
-                    db.session.remove()
-                stop.wait(every)
-    thread = threading.Thread(target=loop, name="notification-sender", daemon=True)
-    thread.start()
-    return thread
+    return run_every(app, "notification-sender", every, send_due, stop)

@@ -10,13 +10,14 @@ import re
 import secrets
 import string
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 
 import sqlalchemy as sa
 from flask import current_app
 from sqlalchemy.orm import selectinload
 
 from app.extensions import db
-from app.models import LIVE, RUN_STATUSES, Org, Project, Run, User, iso_utc
+from app.models import LIVE, RUN_STATUSES, Org, Project, Run, User, iso_utc, utcnow
 from app.services.catalog import catalog
 from app.services.checks import parse_check
 from app.services.code import stored_tree
@@ -27,9 +28,11 @@ from app.services.errors import (
     NotFound,
     Refused,
     ServiceError,
+    TooManySubmits,
     Unavailable,
 )
 from app.services.pricing import current_prices, micros, minutes_for, usd_text
+from app.services.quota import check_room
 from app.services.rows import add_unique
 from app.services.run_text import waiting_text
 from app.services.secrets import (
@@ -399,12 +402,30 @@ def check_may_start(user: User, adding: int = 1) -> None:
     live ones (DIV_MAX_LIVE_RUNS_PER_ORG)."""
     if user.removed_at is not None or user.org.removed_at is not None:
         raise Forbidden(f"{user.username} was removed: no new runs")
+    check_room(user.org)     # a run or a copy writes to the org's volumes
     most = current_app.config["DIV_MAX_LIVE_RUNS_PER_ORG"]
     live = db.session.execute(db.select(sa.func.count(Run.id)).where(
         Run.org_id == user.org_id, Run.status.in_(LIVE))).scalar_one()
     if live + adding > most:
         raise Conflict(f"{user.org.name} has {live} runs queued or running; at most {most} "
                       f"at once: {adding} more do not fit")
+    _check_submit_window(user.org, adding)
+
+
+def _check_submit_window(org: Org, adding: int) -> None:
+    """Slurm keeps a finished job's record for MinJobAge (300 s), counted in
+    the cluster's one job table (MaxJobCount) for every org: an org may start
+    at most DIV_MAX_SUBMITS_PER_WINDOW runs in that time, however quickly
+    they end."""
+    window = current_app.config["DIV_SUBMIT_WINDOW_SECONDS"]
+    most = current_app.config["DIV_MAX_SUBMITS_PER_WINDOW"]
+    since = utcnow() - timedelta(seconds=window)
+    started = db.session.execute(db.select(sa.func.count(Run.id)).where(
+        Run.org_id == org.id, Run.created_at >= since)).scalar_one()
+    if started + adding > most:
+        raise TooManySubmits(f"{org.name} started {started} runs in the last {window // 60:g} "
+                             f"minutes, at most {most}: Slurm keeps each job for {window:g} s "
+                             "after it ends; try again in a few minutes")
 
 
 def prepare(org: Org, req: RunRequest) -> tuple[str | None, dict[str, str], int]:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections import Counter
 from datetime import datetime
+
+from flask import current_app
 
 from app.extensions import db
 from app.models import Org, Run, Schedule, Sweep, User, iso_utc, utcnow
@@ -57,6 +60,10 @@ def check_schedule(user: User, cron_text: object, run_request: object,
 def create_schedule(user: User, cron_text: object, run_request: object,
                     name: str | None = None, tz: object = None) -> Schedule:
     cron, next_at, name, tz = check_schedule(user, cron_text, run_request, name, tz)
+    most = current_app.config["DIV_MAX_SCHEDULES_PER_ORG"]
+    if len(schedules_of(user.org)) >= most:
+        raise Conflict(f"{user.org.name} has {most} schedules, the most an org may: "
+                       "delete one first (div schedule rm)")
     row = Schedule(org_id=user.org_id, user=user, name=name, cron=cron, tz=tz,
                    request=run_request, next_at=next_at)
     db.session.add(row)
@@ -99,12 +106,24 @@ def _start(row: Schedule) -> Run | Sweep:
     return create_run(row.user, req, schedule_name=row.name)
 
 
+# A pass starts at most this many of one org's due schedules, the earliest
+# due first; the rest wait for the next pass, so every org's fire on time.
+FIRED_PER_ORG = 2
+
+
 def fire_due(now: datetime | None = None) -> int:
-    """Starts the run of every schedule that is due; returns how many fired."""
+    """Starts the runs of the schedules that are due, FIRED_PER_ORG of each
+    org's at most; returns how many fired."""
     now = now or utcnow()
-    due = list(db.session.execute(db.select(Schedule).join(User, User.id == Schedule.user_id)
-                                  .where(Schedule.next_at <= now, User.removed_at.is_(None))
-                                  .order_by(Schedule.next_at)).scalars())
+    waiting = db.session.execute(db.select(Schedule).join(User, User.id == Schedule.user_id)
+                                 .where(Schedule.next_at <= now, User.removed_at.is_(None))
+                                 .order_by(Schedule.next_at)).scalars()
+    taken: Counter = Counter()
+    due = []
+    for row in waiting:
+        if taken[row.org_id] < FIRED_PER_ORG:
+            taken[row.org_id] += 1
+            due.append(row)
     for row in due:
         schedule_id = row.id
         row.next_at = parse_cron(row.cron).next_after(now, parse_zone(row.tz))

@@ -106,7 +106,8 @@ def ensure_org_account(org: Org) -> None:
     if org.slurm_account in _accounts_known or not slurm_site().make_accounts:
         return
     try:
-        slurm_client().ensure_account(org.slurm_account)
+        slurm_client().ensure_account(org.slurm_account,
+                                      current_app.config["DIV_MAX_LIVE_RUNS_PER_ORG"])
     except SlurmError as exc:
         # Accounting down (slurmdbd): an account made before still works,
         # and sbatch itself refuses one that was never made.

@@ -29,6 +29,7 @@ from app.extensions import db
 from app.models import Org, Volume
 from app.services.durable import sync_filesystem, sync_folder
 from app.services.errors import Conflict, Invalid, NotFound, ServiceError, Unavailable
+from app.services.quota import charge
 from app.services.volumes import check_volume_name, data_path, ensure_volume, org_dir, trees_dir, volume_dir
 
 MAX_FILE_BYTES = 256 * 1000 * 1000   # the guide: at most 256 MB a file
@@ -553,6 +554,8 @@ def _store_verified(org: Org, folders: VolumeFolders, volume: str, path: str, st
 
 def store_file(org: Org, volume: str, path: str, stream, length: int | None,
                sha256: str) -> None:
+    charge(org, min(length or 0, MAX_FILE_BYTES))
+
     def action():
         with folders_closed(open_volume(org, volume)) as folders:
             _store_verified(org, folders, volume, path, stream, length, sha256)
@@ -571,6 +574,7 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
     open_volume(org, volume).close()
     if length is None or length > MAX_BUNDLE_BYTES:
         raise Invalid("a bundle needs a Content-Length of at most 64 MB")
+    charge(org, length)
     chunks, received = [], 0
     while received < length and (chunk := stream.read(min(CHUNK, length - received))):
         chunks.append(chunk)
@@ -590,6 +594,9 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
                     raise Invalid("a bundle's DIV.sha256s header comes before its files")
                 if not member.isfile():
                     raise Invalid(f"{member.name}: a bundle holds regular files only")
+                if member.issparse():
+                    # Its size would be written out as holes: far more than was sent.
+                    raise Invalid(f"{member.name}: a bundle holds no sparse files")
                 sha = member.pax_headers.get("DIV.sha256") or hashes.get(member.name, "")
                 _store_verified(org, folders, volume, member.name, bundle.extractfile(member),
                                 member.size, sha, sync=False)
