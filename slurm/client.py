@@ -261,6 +261,9 @@ class SlurmClient:
         nothing_new = ("Nothing new added",)
         limit = [f"GrpSubmitJobs={max_jobs}"] if max_jobs is not None else []
         self._run(["sacctmgr", "-i", "add", "account", account, *limit], ok_errors=nothing_new)
+        if limit:    # an account made before, by an earlier version or an admin
+            self._run(["sacctmgr", "-i", "modify", "account", "where", f"name={account}", "set",
+                       *limit], ok_errors=("Nothing modified",))
         self._run(["sacctmgr", "-i", "add", "user", user, f"account={account}"],
                   ok_errors=nothing_new)
 

@@ -805,3 +805,137 @@ def test_parallel_runs_never_share_what_is_left_of_the_orgs_limit(stack):
     assert all("held by live runs" in message for message in refused)
     for name in made:
         stack.api("POST", f"/runs/{name}/stop", org="tight-limit")
+
+
+def _allocated(folder: Path) -> int:
+    """Bytes the folder's files take on disk, each inode once."""
+    seen, total = set(), 0
+    for path in folder.rglob("*"):
+        info = path.lstat()
+        if (info.st_dev, info.st_ino) not in seen:
+            seen.add((info.st_dev, info.st_ino))
+            total += info.st_blocks * 512
+    return total
+
+
+def test_a_manifest_naming_one_blob_many_times_costs_the_blob_once(stack):
+    blob = os.urandom(4 << 20)
+    sha = hashlib.sha256(blob).hexdigest()
+    files = [{"path": f"copy{i}.bin", "sha256": sha, "size": len(blob)} for i in range(50)]
+    body = {"volume": "amplified-code", "files": files}
+    assert stack.api("POST", "/code/trees", org="other", json=body).json()["missing"] == [sha]
+    assert stack.api("PUT", f"/code/blobs/{sha}", org="other", data=blob).status_code == 201
+    tree = stack.api("POST", "/code/trees", org="other", json=body).json()
+    assert tree["files"] == 50
+    name = tree["ref"].rpartition("/")[2]
+    stored = _allocated(stack.data_dir / "trees/other/amplified-code" / name)
+    browsed = _allocated(stack.data_dir / "share/other/amplified-code/code" / name)
+    assert stored < 5 << 20 and browsed < 5 << 20, (stored, browsed)   # 200 MB each before
+
+
+def test_a_bundle_member_with_holes_is_refused(stack, tmp_path):
+    with open(tmp_path / "holes", "wb") as f:
+        f.truncate(500 << 20)
+        f.write(b"x")
+    for form in ("gnu", "posix"):     # GNU's sparse member, and pax's GNU.sparse headers
+        subprocess.run(["tar", "--sparse", f"--format={form}", "-cf", f"{form}.tar", "holes"],
+                       cwd=tmp_path, check=True)
+        assert stack.api("POST", "/volumes/sparse-vol/plan", json={"files": []}).ok
+        answer = stack.api("POST", "/volumes/sparse-vol/bundle",
+                           data=(tmp_path / f"{form}.tar").read_bytes(),
+                           headers={"Content-Type": "application/x-tar"})
+        assert answer.status_code == 400, answer.text
+        assert "no sparse files" in answer.json()["error"]
+    assert answer.status_code == 400, answer.text
+    assert not (stack.data_dir / "share/e2e/sparse-vol/holes").exists()
+
+
+def test_an_orgs_storage_quota_counts_volumes_trees_and_blobs_and_refuses_past_it(stack, project,
+                                                                                tmp_path):
+    stack.add_org("quota-org")
+    stack.flask("org-quota", "quota-org", "3MB")
+    (tmp_path / "two.bin").write_bytes(os.urandom(2 << 20))
+    first = stack.div("storage", "put", "data", "two.bin", cwd=tmp_path, org="quota-org")
+    assert first.returncode == 0, first.stderr
+    (tmp_path / "more.bin").write_bytes(os.urandom(2 << 20))
+    second = stack.div("storage", "put", "data", "more.bin", cwd=tmp_path, org="quota-org")
+    assert second.returncode == 1 and b"storage quota" in second.stderr, second.stderr
+    assert b"Traceback" not in second.stderr
+    listed = stack.div("storage", "ls", cwd=tmp_path, org="quota-org")
+    assert b"of 3.0 MB quota" in listed.stderr, listed.stderr
+    stack.flask("org-quota", "quota-org", "1MB")     # over it now: no run writes more
+    run = stack.div("run", "--gpu", "cpu", "--no-upload", "--", "true", cwd=tmp_path,
+                    org="quota-org")
+    assert run.returncode == 1 and b"storage quota" in run.stderr, run.stderr
+    # What a run wrote is measured (allocated blocks: holes are free) and counted.
+    stack.flask("org-quota", "quota-org", "none")
+    done = stack.div("run", "--gpu", "cpu", "--no-upload", "--",
+                     "head -c 3000000 /dev/urandom > /mnt/data/written; truncate -s 1T /mnt/data/holes",
+                     cwd=tmp_path, org="quota-org")
+    assert done.returncode == 0, done.stderr
+    deadline = time.monotonic() + 30
+    usage = {}
+    while time.monotonic() < deadline:
+        usage = stack.api("GET", "/volumes", org="quota-org").json()["storage"]
+        if usage["used_bytes"] > 5_000_000:
+            break
+        time.sleep(1)
+    assert 5_000_000 < usage["used_bytes"] < 6_000_000, usage
+
+
+def test_an_org_may_start_only_so_many_runs_within_slurms_job_age(app_context, app):
+    from app.extensions import db
+    from app.models import Org, Project, Run, User
+    from app.services.errors import TooManySubmits
+    from app.services.runs import check_may_start
+    org = Org(name="busy", slurm_account="busy")
+    user = User(org=org, username="busy-user")
+    db.session.add_all([org, user])
+    db.session.flush()
+    project = Project(org_id=org.id, name="p")
+    db.session.add(project)
+    db.session.flush()
+    app.config["DIV_MAX_SUBMITS_PER_WINDOW"] = 5
+    for i in range(5):
+        db.session.add(Run(org_id=org.id, project_id=project.id, user_id=user.id, name=f"r{i}",
+                           status="succeeded", gpu_type="cpu", gpus=1, cpus=1, memory_gib=2,
+                           image="x", command="true", rate_micros_per_hour=1))
+    db.session.commit()
+    with pytest.raises(TooManySubmits, match="started 5 runs in the last 5 minutes"):
+        check_may_start(user)
+
+
+def test_each_orgs_slurm_account_caps_its_jobs_in_slurm_too(stack, project):
+    assert stack.div("run", "--gpu", "cpu", "--no-upload", "--", "true", cwd=project,
+                     org="other").returncode == 0
+    limits = subprocess.run(["sacctmgr", "-n", "-P", "show", "assoc", "where", "account=other",
+                             "user=", "format=GrpSubmit"], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert limits and limits[0] == "2000", limits
+
+
+def test_one_orgs_schedules_fire_a_fair_share_a_pass_and_at_most_so_many(app_context, app):
+    from datetime import timedelta
+
+    from app.extensions import db
+    from app.models import Org, Schedule, User, utcnow
+    from app.services import schedules
+    started = []
+    schedules_started = schedules._start
+    schedules._start = lambda row: started.append(row.org_id) or type("R", (), {"name": "r"})
+    try:
+        orgs = [Org(name=f"sched{i}", slurm_account=f"sched{i}") for i in range(2)]
+        users = [User(org=org, username=f"{org.name}-user") for org in orgs]
+        db.session.add_all(orgs + users)
+        db.session.flush()
+        due = utcnow() - timedelta(minutes=1)
+        for i in range(30):
+            db.session.add(Schedule(org_id=orgs[0].id, user=users[0], name=f"a{i}",
+                                    cron="* * * * *", tz="UTC", request={}, next_at=due))
+        db.session.add(Schedule(org_id=orgs[1].id, user=users[1], name="b", cron="* * * * *",
+                                tz="UTC", request={}, next_at=due + timedelta(seconds=30)))
+        db.session.commit()
+        assert schedules.fire_due() == 3
+        assert started.count(orgs[0].id) == 2 and started.count(orgs[1].id) == 1
+    finally:
+        schedules._start = schedules_started

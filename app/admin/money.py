@@ -85,4 +85,4 @@ def charges(month: str | None) -> None:
         sys.exit(1)
 
 
-commands = [prices, org_limit, usage, charges]
+commands = [prices, org_limit, org_quota, usage, charges]
