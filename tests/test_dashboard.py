@@ -435,6 +435,23 @@ def test_wrong_passwords_are_slowed_per_user_and_address(app):
     assert attempt(PASSWORD, "10.1.0.66", username="bob").status_code == 302
 
 
+def test_a_guesser_at_the_users_address_never_locks_out_the_users_own_browser(app):
+    users_browser = app.test_client()
+    users_browser.environ_base["REMOTE_ADDR"] = "10.1.0.7"
+    assert sign_in(users_browser).status_code == 302          # signed in here before
+    users_browser.post("/logout", data={"csrf_token": csrf_token(users_browser, "/")})
+    guesser = app.test_client()
+    guesser.environ_base["REMOTE_ADDR"] = "10.1.0.7"          # the same login node
+    for n in range(10):
+        assert sign_in(guesser, password=f"guess number {n}").status_code == 401
+    assert sign_in(guesser).status_code == 429                # an unknown browser waits
+    assert sign_in(users_browser).status_code == 302          # the user's own does not
+    forged = app.test_client()
+    forged.environ_base["REMOTE_ADDR"] = "10.1.0.7"
+    forged.set_cookie("div_device", "WyJhbGljZSIsICIwMCJd.forged")
+    assert sign_in(forged).status_code == 429                 # a cookie not ours is none
+
+
 def test_site_admins_make_orgs_and_users_and_set_limits_and_prices(app, tmp_path):
     app.config["DIV_PRICES_FILE"] = str(tmp_path / "prices.toml")
     client = app.test_client()

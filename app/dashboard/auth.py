@@ -1,13 +1,21 @@
 """Sign in and out of the dashboard: username and password (wrong ones
 counted and slowed, app/services/throttle.py), a session cookie (HttpOnly,
 SameSite=Lax, Secure where configured), CSRF on every form and HTMX request
-(Flask-WTF)."""
+(Flask-WTF).
+
+Wrong passwords are counted per username and address, except from a
+browser that has signed in as that user before: it carries a device cookie
+(signed, a year), and its attempts count on their own. So someone sharing
+the user's address (a login node, a NAT) who guesses wrong ten times locks
+out only unknown browsers, never the user's own (OWASP's device cookies)."""
 from __future__ import annotations
 
 import re
+import secrets
 from functools import wraps
 
-from flask import g, redirect, render_template, request, session, url_for
+from flask import current_app, g, redirect, render_template, request, session, url_for
+from itsdangerous import BadSignature, URLSafeSerializer
 
 from app.dashboard import bp
 from app.models import User
@@ -47,12 +55,36 @@ def site_admin_required(view):
     return wrapper
 
 
+DEVICE_COOKIE = "div_device"
+DEVICE_SECONDS = 365 * 24 * 3600
+
+
+def _devices() -> URLSafeSerializer:
+    return URLSafeSerializer(current_app.secret_key, salt="divergent-device")
+
+
+def _device_subject(username: str) -> str | None:
+    """This browser's own throttle subject, when it signed in as `username` before."""
+    try:
+        known, nonce = _devices().loads(request.cookies.get(DEVICE_COOKIE, ""))
+    except (BadSignature, ValueError, TypeError):
+        return None
+    return f"user {username} device {nonce}" if known == username else None
+
+
+def _remember_device(response, username: str) -> None:
+    value = _devices().dumps([username, secrets.token_hex(8)])
+    response.set_cookie(DEVICE_COOKIE, value, max_age=DEVICE_SECONDS, httponly=True,
+                        samesite="Lax", secure=current_app.config["SESSION_COOKIE_SECURE"])
+
+
 @bp.route("/login", methods=["GET", "POST"])
 def login():
     error, status = None, 200
     if request.method == "POST":
         username = request.form.get("username", "")[:64].replace("\0", "")
-        subject = throttle.user_subject(username, request.remote_addr)
+        subject = _device_subject(username) or throttle.user_subject(username,
+                                                                     request.remote_addr)
         try:
             throttle.check([subject])
         except throttle.Throttled as exc:
@@ -61,12 +93,15 @@ def login():
         if user is None:
             throttle.record_failure(subject, "a wrong password", request.remote_addr)
         else:
-            throttle.forget_user(username, request.remote_addr)
+            throttle.forget(subject)
             session.clear()   # a new session on sign-in: no fixation
             session["user_id"], session["epoch"] = user.id, user.session_epoch
             target = request.args.get("next", "")
             # Only paths of this site: never an open redirect.
-            return redirect(target if LOCAL_PATH.fullmatch(target) else url_for("dashboard.runs"))
+            response = redirect(target if LOCAL_PATH.fullmatch(target)
+                                else url_for("dashboard.runs"))
+            _remember_device(response, user.username)
+            return response
         error, status = "Wrong username or password.", 401
     return render_template("login.html", error=error), status
 

@@ -84,8 +84,7 @@ def _count_one(subject: str) -> int:
     raise RuntimeError(f"could not count a failure for {subject}")
 
 
-def forget_user(username: str, address: str | None) -> None:
-    """After a right password: that user's count from there starts again."""
-    db.session.execute(sa.delete(AuthFailure).where(
-        AuthFailure.subject == user_subject(username, address)))
+def forget(subject: str) -> None:
+    """After a right password: that subject's count starts again."""
+    db.session.execute(sa.delete(AuthFailure).where(AuthFailure.subject == subject))
     db.session.commit()
