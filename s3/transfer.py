@@ -463,7 +463,18 @@ def _listing(client, bucket: str, prefix: str):
     pages = client.get_paginator("list_objects_v2").paginate(
         Bucket=bucket, Prefix=prefix + "/" if prefix else "")
     for page in pages:
-        yield from page.get("Contents", [])
+        for obj in page.get("Contents", []):
+            yield _checked(obj)
+
+
+def _checked(obj: dict) -> dict:
+    """An object as S3 describes it, or Fatal when what answered is no S3
+    server (an endpoint that says 200 and nothing): never a KeyError."""
+    if not (isinstance(obj.get("Key"), str) and isinstance(obj.get("Size"), int)
+            and isinstance(obj.get("ETag"), str) and obj.get("LastModified") is not None):
+        raise Fatal("the S3 endpoint's answer has no key, size or ETag for an object: "
+                    "is the org's secret AWS_ENDPOINT_URL an S3 service?")
+    return obj
 
 
 def _single_object(client, bucket: str, key: str) -> dict | None:
@@ -474,8 +485,8 @@ def _single_object(client, bucket: str, key: str) -> dict | None:
         if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
             return None
         raise
-    return {"Key": key, "Size": head["ContentLength"], "ETag": head["ETag"],
-            "LastModified": head["LastModified"]}
+    return _checked({"Key": key, "Size": head.get("ContentLength"), "ETag": head.get("ETag"),
+                     "LastModified": head.get("LastModified")})
 
 
 def _mtime(obj: dict) -> float:

@@ -939,3 +939,13 @@ def test_one_orgs_schedules_fire_a_fair_share_a_pass_and_at_most_so_many(app_con
         assert started.count(orgs[0].id) == 2 and started.count(orgs[1].id) == 1
     finally:
         schedules._start = schedules_started
+
+
+def test_odd_values_in_notifications_are_refused_not_500s(stack):
+    answer = stack.api("POST", "/notifications", json={"webhook": "https://example.org/x",
+                                                       "schedule": {}})
+    assert answer.status_code == 400, answer.text
+    assert stack.api("DELETE", f"/notifications/{'9' * 40}").status_code == 404
+    assert stack.api("DELETE", "/notifications/١٢").status_code == 404     # not ASCII digits
+    multicast = stack.api("POST", "/notifications", json={"webhook": "http://224.0.0.1/hook"})
+    assert multicast.status_code == 400, multicast.text

@@ -96,3 +96,8 @@ def test_the_apis_log_stream_sends_both_streams_masked_from_the_offsets_asked_th
     assert chunks == {"stdout": (6, "token=***\n"), "stderr": (0, "warned\n")}
     assert events[-1]["event"] == "end" and events[-1]["run"]["status"] == "succeeded"
     assert client.get("/api/v1/runs/run-done/logs").status_code == 401
+    # An offset past anything a filesystem holds reads nothing, never a 500.
+    far = client.get("/api/v1/runs/run-done/logs?stdout=100000000000000", headers=headers)
+    events = [json.loads(line) for line in far.get_data(as_text=True).splitlines()]
+    assert [e["stream"] for e in events if "stream" in e] == ["stderr"]
+    assert events[-1]["event"] == "end"

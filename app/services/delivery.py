@@ -41,7 +41,7 @@ CARRY_IPV4 = tuple(ipaddress.ip_network(net) for net in (
 
 
 def address_allowed(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Public addresses, and those of the networks the site allows
+    """Public unicast addresses, and those of the networks the site allows
     (DIV_WEBHOOK_ALLOWED_NETWORKS): never, unless allowed, the server's own
     host, the cluster's network, a cloud's metadata address or an IPv6 one
     that carries any IPv4 address."""
@@ -51,7 +51,8 @@ def address_allowed(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> b
         return True
     if address.version == 6 and any(address in net for net in CARRY_IPV4):
         return False
-    return address.is_global
+    # Python calls most multicast groups global: a webhook is one host's.
+    return address.is_global and not address.is_multicast
 
 
 def checked_address(host: str, port: int) -> str:

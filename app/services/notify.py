@@ -76,6 +76,8 @@ def add_channel(user: User, webhook: object = None, email: object = None,
         raise Invalid("a channel is a webhook or an email address: give one")
     kind, target = ("webhook", parse_webhook(webhook)) if webhook is not None else (
         "email", parse_email(email))
+    if schedule is not None and not isinstance(schedule, str):
+        raise Invalid("schedule is a schedule's name")
     if schedule is not None and db.session.execute(db.select(Schedule.id).filter_by(
             org_id=user.org_id, name=schedule)).first() is None:
         raise NotFound(f"no schedule named {schedule!r}")
@@ -103,7 +105,9 @@ def channels_of(org: Org) -> list[NotifyChannel]:
 
 def remove_channel(org: Org, channel_id: object) -> None:
     row = None
-    if isinstance(channel_id, int) or (isinstance(channel_id, str) and channel_id.isdigit()):
+    # Ids are database integers: 18 digits or more name none (and overflow).
+    if (isinstance(channel_id, str) and channel_id.isascii() and channel_id.isdigit()
+            and len(channel_id) < 18):
         row = db.session.execute(db.select(NotifyChannel).filter_by(
             org_id=org.id, id=int(channel_id))).scalar_one_or_none()
     if row is None:

@@ -365,6 +365,11 @@ def _already_there(folders: VolumeFolders, rel: str, item: dict) -> bool:
         os.close(fd)
 
 
+# What a run writing in the same folder at the same moment leaves a write or
+# a delete with: a folder that filled up, a name that became a file or a folder.
+RACED = (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EBUSY)
+
+
 def _share_errors(action):
     """Disk full and a share that is gone as clear errors; the temporary file
     goes, and nothing already stored is touched."""
@@ -377,6 +382,9 @@ def _share_errors(action):
         if exc.errno in (errno.ENOENT, errno.ESTALE, errno.EIO, errno.ENOTCONN):
             raise Unavailable(f"the share is not available ({os.strerror(exc.errno)}); "
                               "nothing already stored was lost") from None
+        if exc.errno in RACED:
+            raise Conflict("a run changed that place in the volume meanwhile "
+                           f"({os.strerror(exc.errno)}); try again") from None
         raise
 
 
@@ -646,15 +654,21 @@ def delete(org: Org, volume: str, path: str) -> None:
     never through a link: a link is deleted itself, wherever it points."""
     rel = clean_path(path, allow_root=False)
     parent_rel, _, name = rel.rpartition("/")
-    with folders_closed(open_volume(org, volume)) as folders:
-        parent = folders.folder(parent_rel)
-        st = folders.lstat(rel)
-        if st is None:
-            raise NotFound(f"no {rel!r} in {volume}")
-        if stat.S_ISDIR(st.st_mode):
-            _remove_tree(parent, name)
-        else:
-            os.unlink(name, dir_fd=parent)
+
+    def action():
+        with folders_closed(open_volume(org, volume)) as folders:
+            parent = folders.folder(parent_rel)
+            st = folders.lstat(rel)
+            if st is None:
+                raise NotFound(f"no {rel!r} in {volume}")
+            try:
+                if stat.S_ISDIR(st.st_mode):
+                    _remove_tree(parent, name)
+                else:
+                    os.unlink(name, dir_fd=parent)
+            except FileNotFoundError:
+                pass        # a run deleted it first: gone all the same
+    _share_errors(action)
 
 
 def delete_volume(org: Org, volume: str) -> None:
