@@ -147,14 +147,18 @@ div_cleanup() {
 # capabilities, and of /etc only what programs need to start (users, name
 # resolution, certificates, the loader's cache): never the node's keys
 # (munge, ssh) or Slurm's configuration. A user namespace of its own, so
-# that even uid 0 inside is the job's unprivileged user outside. The code
-# trees the server stored are bound read-only over /mnt/<volume>/code.
+# that even uid 0 inside is the job's unprivileged user outside, and no user
+# namespace of its own inside it; other runs' kernel key names (/proc/keys)
+# are not shown. The code trees the server stored are bound read-only over
+# /mnt/<volume>/code.
 EXEC_NONE = r'''
 div_exec() {
     local args=(--die-with-parent --unshare-user --unshare-pid --unshare-ipc --cap-drop ALL
+        --disable-userns
         --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib
         --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin
-        --proc /proc --dev /dev --tmpfs /tmp
+        --proc /proc --ro-bind /dev/null /proc/keys --ro-bind /dev/null /proc/key-users
+        --dev /dev --tmpfs /tmp
         --bind "$scratch/mnt" /mnt --bind "$scratch/workspace" /workspace
         --bind "$div_state/metrics.jsonl" "$DIV_METRICS"
         --bind "$scratch/python" /div/python

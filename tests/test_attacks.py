@@ -949,3 +949,11 @@ def test_odd_values_in_notifications_are_refused_not_500s(stack):
     assert stack.api("DELETE", "/notifications/١٢").status_code == 404     # not ASCII digits
     multicast = stack.api("POST", "/notifications", json={"webhook": "http://224.0.0.1/hook"})
     assert multicast.status_code == 400, multicast.text
+
+
+def test_a_run_sees_no_kernel_keys_and_makes_no_user_namespace_of_its_own(stack, project):
+    done, out, err = _run(stack, project, "--no-upload", "--",
+                          "echo keys=$(cat /proc/keys /proc/key-users | wc -c); "
+                          "unshare -U true && echo NESTED || echo no-nested")
+    assert done.returncode == 0, err
+    assert "keys=0" in out and "no-nested" in out and "NESTED" not in out, out

@@ -158,9 +158,11 @@ div_cleanup() {
 
 div_exec() {
     local args=(--die-with-parent --unshare-user --unshare-pid --unshare-ipc --cap-drop ALL
+        --disable-userns
         --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib
         --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin
-        --proc /proc --dev /dev --tmpfs /tmp
+        --proc /proc --ro-bind /dev/null /proc/keys --ro-bind /dev/null /proc/key-users
+        --dev /dev --tmpfs /tmp
         --bind "$scratch/mnt" /mnt --bind "$scratch/workspace" /workspace
         --bind "$div_state/metrics.jsonl" "$DIV_METRICS"
         --bind "$scratch/python" /div/python
