@@ -957,3 +957,11 @@ def test_a_run_sees_no_kernel_keys_and_makes_no_user_namespace_of_its_own(stack,
                           "unshare -U true && echo NESTED || echo no-nested")
     assert done.returncode == 0, err
     assert "keys=0" in out and "no-nested" in out and "NESTED" not in out, out
+
+
+def test_what_the_daemonized_server_writes_on_the_share_is_its_own_alone(stack, tmp_path):
+    (tmp_path / "mine.txt").write_text("private\n")
+    put = stack.div("storage", "put", "umask-vol", "mine.txt", cwd=tmp_path)
+    assert put.returncode == 0, put.stderr
+    for path in (stack.data_dir / "share/e2e/umask-vol", stack.data_dir / "share/e2e/umask-vol/mine.txt"):
+        assert path.stat().st_mode & 0o077 == 0, (path, oct(path.stat().st_mode))
