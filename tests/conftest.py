@@ -138,9 +138,7 @@ def stack(slurm_cluster):
     """The API server and reconciler on a fresh PostgreSQL database, with two
     orgs (e2e and other), each with a key."""
     from tests.stack import start_stack, stop_stack
-    # Storage is measured every 2 s, so the quota tests see a run's writes soon.
-    running = start_stack(free_port(), POSTGRES_URL, settings={
-        **notification_settings(), "DIV_STORAGE_MEASURE_SECONDS": "2"})
+    running = start_stack(free_port(), POSTGRES_URL, settings=notification_settings())
     yield running
     stop_stack(running)
 

@@ -39,7 +39,7 @@ def reconcile(interval: float | None, once: bool) -> None:
     # schedules never holds up a cycle.
     app = current_app._get_current_object()
     interval = interval or current_app.config["DIV_RECONCILE_INTERVAL"]
-    beside = [run_sender(app, stop), run_every(app, "schedules", interval, fire_schedules, stop),
+    beside = [run_sender(app, stop), run_every(app, "schedules", max(1.0, interval), fire_schedules, stop),
               run_every(app, "storage", 1.0, measure_storage, stop)]
     try:
         run_forever(interval, stop=stop)

@@ -366,8 +366,10 @@ def _already_there(folders: VolumeFolders, rel: str, item: dict) -> bool:
 
 
 # What a run writing in the same folder at the same moment leaves a write or
-# a delete with: a folder that filled up, a name that became a file or a folder.
-RACED = (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EBUSY)
+# a delete with, once the volume is open (a share that is not mounted is
+# found before): a folder that went or filled up, a name that became a file
+# or a folder.
+RACED = (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EBUSY)
 
 
 def _share_errors(action):
@@ -379,7 +381,7 @@ def _share_errors(action):
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise ShareFull("the share is full: the file was not stored; "
                             "nothing already stored was lost") from None
-        if exc.errno in (errno.ENOENT, errno.ESTALE, errno.EIO, errno.ENOTCONN):
+        if exc.errno in (errno.ESTALE, errno.EIO, errno.ENOTCONN):
             raise Unavailable(f"the share is not available ({os.strerror(exc.errno)}); "
                               "nothing already stored was lost") from None
         if exc.errno in RACED:
