@@ -4,6 +4,7 @@ asserting that the attack fails and that nothing on the host changed.
 test_identity.py and test_storage.py keep the first isolation tests."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import json
@@ -700,7 +701,7 @@ def tight_stack(slurm_cluster):
     connection; its few files measured every 2 s."""
     running = start_stack(free_port(), None, settings={
         "DIV_THREADS": "16", "DIV_TRANSFERS_PER_ORG": "2", "DIV_CLIENT_IDLE_SECONDS": "3",
-        "DIV_STORAGE_MEASURE_SECONDS": "2"})
+        "DIV_CLIENT_HEADER_SECONDS": "3", "DIV_STORAGE_MEASURE_SECONDS": "2"})
     yield running
     stop_stack(running)
 
@@ -747,6 +748,25 @@ def test_stalled_uploads_hold_threads_only_to_their_deadline_and_never_another_o
         assert time.monotonic() - started < 15
     finally:
         for conn in stalled:
+            conn.close()
+    # Headers a line a second, from more connections than the server has
+    # threads (an outsider's slowloris, no key needed): each is cut off
+    # after its header's 3 s, and everyone else is served meanwhile.
+    trickling = [socket.create_connection(("127.0.0.1", stack.port)) for _ in range(40)]
+    try:
+        for conn in trickling:
+            conn.sendall(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        for _ in range(8):
+            for conn in trickling:
+                with contextlib.suppress(OSError):
+                    conn.sendall(b"X-a: b\r\n")
+            time.sleep(1)
+            if time.monotonic() - started > 4:
+                assert requests.get(f"{stack.url}/api/v1/health", timeout=3).status_code == 200
+        assert [_answer(conn, 2) for conn in trickling] == [b""] * 40       # all cut off
+    finally:
+        for conn in trickling:
             conn.close()
     # Half a request line, then nothing: closed too.
     slow = socket.create_connection(("127.0.0.1", stack.port))
@@ -825,6 +845,10 @@ def test_a_manifest_naming_one_blob_many_times_costs_the_blob_once(stack):
     body = {"volume": "amplified-code", "files": files}
     assert stack.api("POST", "/code/trees", org="other", json=body).json()["missing"] == [sha]
     assert stack.api("PUT", f"/code/blobs/{sha}", org="other", data=blob).status_code == 201
+    # A size that is not the blob's is refused: what is charged and copied is what is stored.
+    lying = {"volume": "amplified-code", "files": [{**files[0], "size": 0}]}
+    refused = stack.api("POST", "/code/trees", org="other", json=lying)
+    assert refused.status_code == 400 and "not 0" in refused.json()["error"]
     tree = stack.api("POST", "/code/trees", org="other", json=body).json()
     assert tree["files"] == 50
     name = tree["ref"].rpartition("/")[2]
@@ -947,6 +971,8 @@ def test_odd_values_in_notifications_are_refused_not_500s(stack):
                                                        "schedule": {}})
     assert answer.status_code == 400, answer.text
     assert stack.api("DELETE", f"/notifications/{'9' * 40}").status_code == 404
+    unclosed = stack.api("POST", "/notifications", json={"webhook": "http://[::1", "on": ["failed"]})
+    assert unclosed.status_code == 400, unclosed.text
     assert stack.api("DELETE", "/notifications/١٢").status_code == 404     # not ASCII digits
     multicast = stack.api("POST", "/notifications", json={"webhook": "http://224.0.0.1/hook"})
     assert multicast.status_code == 400, multicast.text

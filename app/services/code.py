@@ -130,6 +130,7 @@ def lay_out_tree(org: Org, volume: str, entries: list[FileEntry]) -> Tree:
     missing = missing_blobs(org, entries)
     if missing:
         raise MissingBlobs(missing)
+    sizes = _blob_sizes(org, entries)
     full = tree_hash(entries)
     volume_path = ensure_volume(org, volume)
     root = os.path.join(trees_dir(org), volume)
@@ -138,10 +139,20 @@ def lay_out_tree(org: Org, volume: str, entries: list[FileEntry]) -> Tree:
     target = os.path.join(root, name)
     if not os.path.isdir(target):
         # The tree links the blobs; the volume's copy holds each once more.
-        charge(org, sum({e.sha256: e.size for e in entries}.values()))
+        charge(org, sum(sizes.values()))
         _build(org, entries, root, target, full)
     _show_in_volume(org, volume_path, name, target)
     return Tree(f"{volume}/code/{name}", target, len(entries), sum(e.size for e in entries))
+
+
+def _blob_sizes(org: Org, entries: list[FileEntry]) -> dict[str, int]:
+    """Each distinct blob's size on disk; Invalid when the manifest says
+    another (what is charged and copied is what is stored, never a claim)."""
+    sizes = {sha: os.stat(_blob_path(org, sha)).st_size for sha in {e.sha256 for e in entries}}
+    for e in entries:
+        if sizes[e.sha256] != e.size:
+            raise Invalid(f"{e.path}: its blob has {sizes[e.sha256]} bytes, not {e.size}")
+    return sizes
 
 
 def stored_tree(org: Org, ref: str) -> str | None:

@@ -44,7 +44,10 @@ def parse_webhook(url: object) -> str:
     again, as a name's answer may change (app/services/delivery.py)."""
     if not isinstance(url, str) or len(url) > 2048 or any(c in url for c in "\r\n\0 "):
         raise Invalid("a webhook is an http:// or https:// URL")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:      # "http://[::1": an address left open
+        raise Invalid("a webhook is an http:// or https:// URL") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise Invalid("a webhook is an http:// or https:// URL")
     if parts.username or parts.password:

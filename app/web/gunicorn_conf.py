@@ -7,7 +7,9 @@ that sends half a request line, or stops reading a response, would hold a
 worker thread for good. The listening sockets get SO_RCVTIMEO and
 SO_SNDTIMEO, which each accepted connection inherits from the kernel: a
 blocking read or write that waits longer fails, and gunicorn closes the
-connection. Uploads add the deadline of the whole body (app/web/upload_body.py).
+connection. A request's header has a deadline of its own
+(app/web/gunicorn_worker.py), uploads the deadline of the whole body
+(app/web/upload_body.py).
 
 The umask: --daemon resets the process umask that --umask set (that one is
 for sockets), so files the workers make on the share would be 0644."""
@@ -36,3 +38,10 @@ def when_ready(server) -> None:
 
 def post_fork(server, worker) -> None:
     os.umask(UMASK)
+
+
+def pre_request(worker, req) -> None:
+    """The header is in: its deadline (app/web/gunicorn_worker.py) is over."""
+    header_read = getattr(worker, "header_read", None)
+    if header_read is not None:
+        header_read(getattr(req.unreader, "sock", None))

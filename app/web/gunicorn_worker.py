@@ -1,22 +1,50 @@
-"""gunicorn's threaded worker, with one change: a connection that closes
-after its response is closed by the worker thread that served it, not by
-the worker's main thread. gunicorn closes it gracefully (RFC 9112 9.6: it
-lingers up to 2 s for the client's unread bytes), and on the main thread
-that linger blocks accepting, keep-alive and the heartbeat: a few dozen
-clients that stall after their answer stopped a worker for a minute and
-got it killed as hung (WORKER TIMEOUT), with every other org's requests on
-it. A body the server gave up on (a refused upload, app/web/upload_body.py)
-is not lingered for at all: the client is told at once. scripts/services
-and deploy/systemd run it (--worker-class)."""
+"""gunicorn's threaded worker, with two changes.
+
+A request's header must be in within DIV_CLIENT_HEADER_SECONDS (30) of its
+first byte: gunicorn gives each read of it a deadline (SO_RCVTIMEO, from
+gunicorn_conf.py), not the whole, so a client sending a header line every
+few seconds would hold a thread for as long as it liked, and a few hundred
+of them every thread (an outsider's slowloris froze the API so, with no key
+at all). A watchdog shuts such a connection down; its thread goes back.
+
+A connection that closes after its response is closed by the worker thread
+that served it, not by the worker's main thread. gunicorn closes it
+gracefully (RFC 9112 9.6: it lingers up to 2 s for the client's unread
+bytes), and on the main thread that linger blocks accepting, keep-alive and
+the heartbeat: a few dozen clients that stall after their answer stopped a
+worker for a minute and got it killed as hung (WORKER TIMEOUT), with every
+other org's requests on it. A body the server gave up on (a refused upload,
+app/web/upload_body.py) is not lingered for at all: the client is told at
+once. scripts/services and deploy/systemd run it (--worker-class)."""
 from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
 
 from gunicorn import util
 from gunicorn.workers.gthread import ThreadWorker
 
+HEADER_SECONDS = float(os.environ.get("DIV_CLIENT_HEADER_SECONDS", "30"))
+
 
 class LingerInThreadWorker(ThreadWorker):
+    def init_process(self):
+        self._reading: dict[socket.socket, float] = {}    # a header being read, since when
+        self._reading_lock = threading.Lock()
+        threading.Thread(target=self._cut_slow_headers, name="header-deadline",
+                         daemon=True).start()
+        super().init_process()
+
     def handle(self, conn):
-        keep = super().handle(conn)
+        sock = conn.sock
+        with self._reading_lock:
+            self._reading[sock] = time.monotonic()
+        try:
+            keep = super().handle(conn)
+        finally:
+            self.header_read(sock)
         if keep is False:
             body = getattr(getattr(conn.parser, "mesg", None), "body", None)
             if getattr(body, "failed", False) is True:
@@ -26,3 +54,24 @@ class LingerInThreadWorker(ThreadWorker):
             # finish_request, on the main thread, would close it again.
             conn.close = lambda graceful=False: None
         return keep
+
+    def header_read(self, sock) -> None:
+        """The request's header is in (gunicorn_conf.pre_request), or its
+        handling is over."""
+        with self._reading_lock:
+            self._reading.pop(sock, None)
+
+    def _cut_slow_headers(self) -> None:
+        while True:
+            time.sleep(1)
+            now = time.monotonic()
+            with self._reading_lock:
+                late = [sock for sock, since in self._reading.items()
+                        if now - since > HEADER_SECONDS]
+                for sock in late:
+                    del self._reading[sock]
+            for sock in late:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)     # its blocked read returns: closed
+                except OSError:
+                    pass
