@@ -282,6 +282,8 @@ class Sizing:
     rate: int
     minutes: int | None
     limited_by: str | None
+    # The partition's MaxTime, as Slurm said it when the run was sized.
+    max_time: int | None = None
 
 
 def size_run(org: Org, req: RunRequest) -> Sizing:
@@ -289,8 +291,18 @@ def size_run(org: Org, req: RunRequest) -> Sizing:
     cpus = req.cpus or req.gpus * gpu.cores
     memory = req.memory_gib or req.gpus * gpu.memory_gib
     rate = current_prices().rate(gpu, req.gpus, cpus, memory)
-    return Sizing(cpus, memory, rate, *_time_limit(org, req.max_spend_micros, rate,
-                                                   partition_max_minutes(gpu.partition)))
+    max_time = partition_max_minutes(gpu.partition)
+    return Sizing(cpus, memory, rate, *_time_limit(org, req.max_spend_micros, rate, max_time),
+                  max_time=max_time)
+
+
+def sized_under_lock(org: Org, req: RunRequest, sizing: Sizing) -> Sizing:
+    """The run's --time again, with the org's row locked until the run is
+    on record (usage.hold_spend): what live runs may still spend is
+    reserved against the org's limit, and nothing asks Slurm meanwhile."""
+    hold_spend(org)
+    minutes, by = _time_limit(org, req.max_spend_micros, sizing.rate, sizing.max_time)
+    return replace(sizing, minutes=minutes, limited_by=by)
 
 
 def job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,
@@ -472,10 +484,7 @@ def create_run(user: User, req: RunRequest, request_key: str | None = None,
         return _create_with_mounts(user, req, request_key)
     sizing = size_run(org, req)
     code_dir, secret_values, project_id = prepare(org, req)
-    # Sized again under the org's lock, held until the run is on record: what
-    # live runs may still spend is reserved against the org's limit.
-    hold_spend(org)
-    sizing = size_run(org, req)
+    sizing = sized_under_lock(org, req, sizing)
     run = new_run(user, req, sizing, project_id, secret_values, request_key,
                   schedule_name=schedule_name)
     run.mounts = [{"url": location.url, "path": f"/mnt/{volume}", "copy": copy}

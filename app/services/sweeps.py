@@ -38,10 +38,11 @@ from app.services.runs import (
     prepare,
     run_json,
     size_run,
+    sized_under_lock,
 )
 from app.services.secrets import remove_secrets_file, write_secrets_file
 from app.services.slurm_access import slurm_client
-from app.services.usage import hold_spend, minutes_left
+from app.services.usage import minutes_left
 from app.services.volumes import data_path, run_dir
 from slurm.client import SlurmError, SubmitNotReceived, SubmitRefused, array_of
 from slurm.jobspec import ArrayMember, InvalidJobSpec, check_env_name
@@ -166,10 +167,11 @@ def create_sweep(user: User, req: RunRequest, axes_value: object,
     axes = validated(req, axes_value)
     members = combinations(axes)
     check_may_start(user, len(members))
-    sizing = _member_sizing(org, size_run(org, req), len(members))
+    run_sizing = size_run(org, req)
+    _member_sizing(org, run_sizing, len(members))       # refused before anything is made
     code_dir, secret_values, project_id = prepare(org, req)
-    hold_spend(org)     # as create_run does: sized again, under the org's lock
-    sizing = _member_sizing(org, size_run(org, req), len(members))
+    # As create_run does: sized again under the org's lock.
+    sizing = _member_sizing(org, sized_under_lock(org, req, run_sizing), len(members))
 
     def make(name: str) -> tuple[Sweep, list[Run]]:
         sweep = Sweep(org_id=org.id, user_id=user.id, name=name, axes=axes,
