@@ -1,6 +1,7 @@
 """Each org's storage quota: its volumes, code trees and blobs together, as
-the disk holds them (allocated blocks: a sparse file counts what it takes,
-a file under several names once). Measured in the background by the
+the disk holds them (allocated blocks, at least one a file or folder: a
+sparse file counts what it takes, a million empty files 4 GB, a file under
+several names once). Measured in the background by the
 reconciler (measure_next), and raised by what the server itself writes
 between measurements (charge), so every write the server makes for an org
 is refused once the org is over its quota, and so is a new run or copy.
@@ -24,6 +25,7 @@ from cli.units import format_bytes
 
 SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB)?", re.ASCII | re.IGNORECASE)
 UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+INODE_BYTES = 4096
 
 
 class QuotaExceeded(ServiceError):
@@ -108,7 +110,8 @@ def measure(org: Org) -> int:
                 stack.append(entry.path)
             if (info.st_dev, info.st_ino) not in seen:
                 seen.add((info.st_dev, info.st_ino))
-                total += info.st_blocks * 512
+                # An inode costs a block at least: a flood of empty files counts.
+                total += max(info.st_blocks * 512, INODE_BYTES)
     return total
 
 
