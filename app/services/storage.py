@@ -564,10 +564,10 @@ def _store_verified(org: Org, folders: VolumeFolders, volume: str, path: str, st
 
 def store_file(org: Org, volume: str, path: str, stream, length: int | None,
                sha256: str) -> None:
-    charge(org, min(length or 0, MAX_FILE_BYTES))
-
     def action():
         with folders_closed(open_volume(org, volume)) as folders:
+            # Charged once the volume is there: a put to none costs nothing.
+            charge(org, min(length or 0, MAX_FILE_BYTES))
             _store_verified(org, folders, volume, path, stream, length, sha256)
     _share_errors(action)
 
