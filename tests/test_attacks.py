@@ -879,6 +879,18 @@ def test_an_orgs_storage_quota_counts_volumes_trees_and_blobs_and_refuses_past_i
     stack = tight_stack
     stack.add_org("quota-org")
     stack.flask("org-quota", "quota-org", "3MB")
+    # 50 empty files 40 folders deep: 92 KB sent, 8 MB of folders made.
+    for i in range(50):
+        deep = tmp_path / "deep" / "/".join(f"d{i}" for _ in range(40))
+        deep.mkdir(parents=True)
+        (deep / "f").touch()
+    subprocess.run(["tar", "--format=posix", "-cf", "deep.tar", "-C", "deep", "."], cwd=tmp_path,
+                   check=True)
+    assert stack.api("POST", "/volumes/deep/plan", org="quota-org", json={"files": []}).ok
+    deep = stack.api("POST", "/volumes/deep/bundle", org="quota-org",
+                     data=(tmp_path / "deep.tar").read_bytes(),
+                     headers={"Content-Type": "application/x-tar"})
+    assert deep.status_code == 507 and "storage quota" in deep.json()["error"], deep.text
     (tmp_path / "two.bin").write_bytes(os.urandom(2 << 20))
     first = stack.div("storage", "put", "data", "two.bin", cwd=tmp_path, org="quota-org")
     assert first.returncode == 0, first.stderr

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from app.models import Org
 from app.services.durable import sync_filesystem, sync_folder
 from app.services.errors import Invalid
-from app.services.quota import charge
+from app.services.quota import charge, layout_bytes
 from app.services.storage import MAX_FILE_BYTES, VolumeFolders, folders_closed, receive_verified, uploads_dir
 from app.services.volumes import data_path, ensure_volume, trees_dir
 
@@ -138,8 +138,9 @@ def lay_out_tree(org: Org, volume: str, entries: list[FileEntry]) -> Tree:
     name = _tree_name(root, full)
     target = os.path.join(root, name)
     if not os.path.isdir(target):
-        # The tree links the blobs; the volume's copy holds each once more.
-        charge(org, sum(sizes.values()))
+        # The tree links the blobs; the volume's copy holds each once more;
+        # both make every folder and name the manifest lists.
+        charge(org, sum(sizes.values()) + 2 * layout_bytes([e.path for e in entries]))
         _build(org, entries, root, target, full)
     _show_in_volume(org, volume_path, name, target)
     return Tree(f"{volume}/code/{name}", target, len(entries), sum(e.size for e in entries))

@@ -90,6 +90,15 @@ def charge(org: Org, adding: int) -> None:
         db.session.refresh(org)
 
 
+def layout_bytes(paths: list[str]) -> int:
+    """What laying out these files costs beyond their bytes, as measure()
+    counts it: a block for each file and each folder they make. A path 40
+    folders deep makes 40: charged, never free."""
+    folders = {path.rsplit("/", depth)[0] for path in paths
+               for depth in range(1, path.count("/") + 1)}
+    return INODE_BYTES * (len(paths) + len(folders))
+
+
 def measure(org: Org) -> int:
     """Bytes the org's volumes, trees and blobs take on disk, each inode
     once, following no link."""

@@ -29,7 +29,7 @@ from app.extensions import db
 from app.models import Org, Volume
 from app.services.durable import sync_filesystem, sync_folder
 from app.services.errors import Conflict, Invalid, NotFound, ServiceError, Unavailable
-from app.services.quota import charge
+from app.services.quota import charge, layout_bytes
 from app.services.volumes import check_volume_name, data_path, ensure_volume, org_dir, trees_dir, volume_dir
 
 MAX_FILE_BYTES = 256 * 1000 * 1000   # the guide: at most 256 MB a file
@@ -599,6 +599,9 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
                 tarfile.open(fileobj=io.BytesIO(data), mode="r:") as bundle:
             header = bundle.pax_headers.get("DIV.sha256s")   # read with the first member
             hashes = _bundle_hashes(header)
+            # Its folders and names too, before any is made (the bytes were
+            # charged from its length).
+            charge(org, layout_bytes(bundle.getnames()))
             for member in bundle:
                 if bundle.pax_headers.get("DIV.sha256s") is not header:
                     raise Invalid("a bundle's DIV.sha256s header comes before its files")
