@@ -678,7 +678,7 @@ def test_a_site_may_keep_orgs_off_each_others_nodes(stack, project):
     try:
         for name, org in (("mcs-first", "e2e"), ("mcs-theirs", "other"), ("mcs-second", "e2e")):
             started = stack.div("run", "--gpu", "cpu", "--no-upload", "--detach", "--name", name,
-                                "--", "sleep 30", cwd=project, org=org)
+                                "--", "sleep 600", cwd=project, org=org)
             assert started.returncode == 0, started.stderr
             stack.wait_for_status(name, "running", org=org)
         nodes = {name: _job_of(stack, name, org)[1] for name, org in (
