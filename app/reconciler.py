@@ -147,8 +147,11 @@ def shorten_after_restart(run: Run, record: JobRecord) -> bool:
 
 
 def stop_orgs_at_their_limit(live: list[Run], orgs: dict[int, Org]) -> None:
-    """Cancels the live runs of each org whose month's spend (live runs'
+    """Ends the live runs of each org whose month's spend (live runs'
     accrued cost included) has reached its limit; they end limit_reached.
+    A run is billed per started minute, so a running one keeps the minute
+    it has paid for: Slurm ends it at that minute's end (its time limit
+    shortened to it); a queued one, which has paid nothing, is cancelled.
     Only orgs with a limit cost a query."""
     for org_id in {run.org_id for run in live if run.status in LIVE}:
         org = orgs[org_id]
@@ -158,11 +161,24 @@ def stop_orgs_at_their_limit(live: list[Run], orgs: dict[int, Org]) -> None:
             if run.org_id == org_id and run.status in LIVE and run.stopped_for is None:
                 log.info("stopping %s: org %s reached its usage limit", run.name, org.name)
                 try:
-                    slurm_client().cancel(run.slurm_job_id)
+                    _end_at_paid_minute(run)
                 except SlurmError as exc:
                     log.warning("could not stop %s: %s", run.name, exc)
                     continue
                 run.stopped_for = "limit_reached"
+
+
+def _end_at_paid_minute(run: Run) -> None:
+    if run.started_at is None:
+        slurm_client().cancel(run.slurm_job_id)
+        return
+    paid = max(1, -(-(run.elapsed_seconds or 0) // 60))
+    if run.time_limit_minutes is None or run.time_limit_minutes > paid:
+        slurm_client().shorten(run.slurm_job_id, paid)
+        run.time_limit_minutes = paid
+    # Its time running out is then the org's limit (settle: limit_reached),
+    # and its cost is capped at the minutes paid.
+    run.time_limit_by = "org"
 
 
 def reconcile_once() -> int:

@@ -88,7 +88,11 @@ class ApiClient:
         is replaced once (one connection per thread: uploads run in parallel)."""
         # Names in the path are the user's words ("a b", "x?y"): quoted here,
         # once for every command, never sent as they are.
-        target = self._base + quote(path, safe="/") + (f"?{urlencode(params)}" if params else "")
+        # A volume path is bytes (a run may name a file with any): a name that
+        # is not UTF-8 arrives here in PEP 383's form and leaves as its bytes.
+        query = {key: value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+                 for key, value in (params or {}).items()}
+        target = self._base + quote(path, safe="/") + (f"?{urlencode(query)}" if query else "")
         for attempt in range(2):
             conn = self._new_connection() if fresh else getattr(self._local, "conn", None)
             reused = conn is not None and not fresh

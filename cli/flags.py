@@ -213,9 +213,22 @@ def command_for(words: tuple[str, ...], after_dashes: bool) -> str:
         return words[0] if len(words) == 1 else shlex.join(words)
     if len(words) > 1:
         raise click.UsageError(f"one entrypoint, or a command after --: got {' '.join(words)!r}")
+    entry = python_entrypoint(words, after_dashes)
+    if entry is None:
+        return words[0]
+    file, function = entry
+    if function:
+        module = file.removesuffix(".py").replace("/", ".")
+        return f"python -u -c {shlex.quote(f'from {module} import {function}; {function}()')}"
+    return f"python -u {shlex.quote(file)}"
+
+
+def python_entrypoint(words: tuple[str, ...], after_dashes: bool) -> tuple[str, str] | None:
+    """(file, function) for `file.py::function`, (file, "") for `file.py`;
+    None for a command (after `--`, or with a space)."""
+    if after_dashes or len(words) != 1 or " " in words[0] or not words[0]:
+        return None
     text = words[0]
-    if " " in text or not text:
-        return text
     file, sep, function = text.partition("::")
     match = PY_FILE.fullmatch(file)
     if sep:
@@ -223,8 +236,5 @@ def command_for(words: tuple[str, ...], after_dashes: bool) -> str:
             raise click.BadParameter(
                 f"{text!r}: use path/to/file.py::function, with Python names",
                 param_hint="entrypoint")
-        module = match.group(1).replace("/", ".")
-        return f"python -u -c {shlex.quote(f'from {module} import {function}; {function}()')}"
-    if match:
-        return f"python -u {shlex.quote(file)}"
-    return text
+        return file, function
+    return (file, "") if match else None

@@ -43,15 +43,18 @@ class WaitingLine:
 
 class LogWriter:
     """Writes the stream's chunks to stdout and stderr unchanged, each byte
-    once, and knows how far into each stream's file it has written."""
+    once, and knows how far into each stream's file it has written. With
+    `stdout_free` (--json), the run's stdout goes to stderr too, so that our
+    stdout holds one JSON document alone."""
 
-    def __init__(self):
-        self.files = {"stdout": sys.stdout.buffer, "stderr": sys.stderr.buffer}
+    def __init__(self, stdout_free: bool = False):
+        out = sys.stderr.buffer if stdout_free else sys.stdout.buffer
+        self.files = {"stdout": out, "stderr": sys.stderr.buffer}
         self.offsets = {"stdout": 0, "stderr": 0}
         self.last = {"stdout": b"\n", "stderr": b"\n"}
         # On one terminal both streams are one screen: what matters is the
         # last byte written to either.
-        self.one_screen = sys.stdout.isatty() and sys.stderr.isatty()
+        self.one_screen = stdout_free or (sys.stdout.isatty() and sys.stderr.isatty())
         self.last_on_screen = b"\n"
 
     def write(self, event: dict) -> None:
@@ -79,11 +82,12 @@ class LogWriter:
 
 
 def follow(api: ApiClient, name: str, follow_to_end: bool = True,
-           tail: int | None = None) -> dict | None:
+           tail: int | None = None, stdout_free: bool = False) -> dict | None:
     """Writes the run's log and returns its end event ({"run", "summary"}),
     or None without `follow_to_end` (what is there now, then stop). With
-    `tail`, each stream's last `tail` lines first."""
-    log = LogWriter()
+    `tail`, each stream's last `tail` lines first; with `stdout_free`, all of
+    it on stderr."""
+    log = LogWriter(stdout_free)
     waiting = WaitingLine(follow_to_end and sys.stderr.isatty())
     lost_since = None
     while True:

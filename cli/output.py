@@ -50,8 +50,11 @@ def started(iso: str | None) -> str:
 def shown(text: object) -> str:
     """A value as one line of plain text: a newline, an escape sequence or
     another control character someone put in a value (a sweep's, a webhook
-    server's error) is written out, never sent to the terminal."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    server's error) is written out, never sent to the terminal; a byte of a
+    file name that is not UTF-8 (PEP 383's lone surrogate) as \\xNN."""
+    return "".join(c if c.isprintable() else
+                   f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else repr(c)[1:-1]
+                   for c in str(text))
 
 
 def table(headers: list[str], rows: list[list[str]]) -> None:

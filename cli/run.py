@@ -15,6 +15,7 @@ from cli.api import ApiClient, ApiError, ApiUnreachable
 from cli.catalog import FALLBACK, Shape, cluster_shape
 from cli.config import resolve
 from cli.context import fail, pass_api
+from cli.entrypoint import check_entrypoint
 from cli.flags import (
     check_hardware,
     command_for,
@@ -121,7 +122,8 @@ def _callback(parse, *extra):
 @click.option("--no-upload", is_flag=True, help="Upload nothing; run the command in the image as it is.")
 @click.option("-d", "--detach", is_flag=True, help="Print the run's name and exit once it has started.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the run as JSON when it ends (with --detach, when it starts).")
+              help="Print the run as JSON when it ends (with --detach, when it starts); "
+                   "stdout then holds the JSON alone, and the run's stdout goes to stderr.")
 @pass_api
 def run(api, detach: bool, as_json: bool, **flags):
     """Start a run with this folder's code and stream its log until it ends.
@@ -154,7 +156,10 @@ def follow_started(api, created: dict, detach: bool, as_json: bool) -> None:
         for mount in started.get("mounts") or []:
             click.echo(f"copying {mount['url']} into {mount['path']}: {mount['copy']}", err=True)
             click.echo(follow(api, mount["copy"])["summary"], err=True)
-        end = follow(api, started["name"])
+        if as_json:
+            click.echo("with --json, stdout holds the run's JSON alone: the run's stdout "
+                       "follows on stderr", err=True)
+        end = follow(api, started["name"], stdout_free=as_json)
     except KeyboardInterrupt:
         click.echo(f"\ndetached; {started['name']} goes on.\n"
                    f"  follow it: div logs {started['name']} -f\n"
@@ -177,13 +182,16 @@ def start(api, path: str, body: dict) -> dict:
 def check_first(api, path: str, body: dict) -> None:
     """The server's check of the whole request, before anything is uploaded:
     what it refuses (a secret that does not exist, GPUs no partition has, a
-    name in use) is bad input, exit 2, as a bad flag is."""
+    name in use) is bad input, exit 2, as a bad flag is; what it notes (an
+    image the site does not use) goes to stderr."""
     try:
-        api.post(path, body)
+        checked = api.post(path, body)
     except ApiError as exc:
         if exc.status not in REFUSALS:
             raise
         fail(str(exc), 2)
+    for note in checked.get("notes", []):
+        click.echo(f"note: {note}", err=True)
 
 
 def run_request(api, params: dict, after_dashes: bool,
@@ -193,7 +201,7 @@ def run_request(api, params: dict, after_dashes: bool,
     create` uses it too."""
     command = command_for(params["words"], after_dashes)
     gpu, gpus, cpus, memory = params["gpu"], params["gpus"], params["cpus"], params["memory"]
-    check_hardware(gpu, gpus, cpus, memory, cluster_shape(api))
+    check_hardware(gpu, gpus, cpus, memory, cluster_shape(api, gpu))
     root = Path.cwd()
     project = params["project"] or safe_project_name(root.resolve().name)
     no_upload, max_spend = params["no_upload"], params["max_spend"]
@@ -205,12 +213,14 @@ def run_request(api, params: dict, after_dashes: bool,
             "telemetry": telemetry.read_text() if telemetry else None,
             "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f"),
             "sweep": params["sweep"] or None}
-    check(body)
     if not no_upload:
         paths = list_files(root)
         if not paths:
             raise click.UsageError(f"nothing to upload in {root}; to run the image as it "
                                    "is, use --no-upload")
+        check_entrypoint(params["words"], after_dashes, root, paths)
+    check(body)
+    if not no_upload:
         tree = upload(api, params["volume"] or f"{project}-code", hash_files(root, paths))
         click.echo(f"{count(tree['files'], 'file')}, {format_bytes(tree['bytes'])} → "
                    f"{tree['ref']}", err=True)

@@ -19,7 +19,7 @@ from cli.api import ApiClient, ApiError
 from cli.complete import volume_names
 from cli.context import pass_api
 from cli.flags import parse_volume
-from cli.output import count, print_json, started, table
+from cli.output import count, print_json, shown, started, table
 from cli.progress import Progress
 from cli.units import format_bytes
 from cli.upload import LocalFile, hash_file, refuse_too_large, regular_files, stat_files, walk_files
@@ -112,7 +112,7 @@ def put(api: ApiClient, volume: str, local: Path) -> None:
             upload.progress.close()
     target = f"{volume}/{base}" if base else f"{volume}/{local.name}"
     skipped = len(rels) - upload.files
-    click.echo(f"{count(upload.files, 'file')}, {format_bytes(upload.bytes)} → {target}"
+    click.echo(f"{count(upload.files, 'file')}, {format_bytes(upload.bytes)} → {shown(target)}"
                + (f" ({skipped} already there)" if skipped else ""), err=True)
 
 
@@ -271,11 +271,11 @@ def _check_whole(part: Path, path: str, sha: str, length: int, written: str) -> 
     length and sha256 what the server said. A short one stays to resume."""
     size = part.stat().st_size
     if size != length:
-        raise click.ClickException(f"{path}: the download stopped after {size} of {length} "
+        raise click.ClickException(f"{shown(path)}: the download stopped after {size} of {length} "
                                    "bytes; run the same get again to resume")
     if sha and written != sha:
         part.unlink()
-        raise click.ClickException(f"{path}: what arrived does not match the file's sha256 "
+        raise click.ClickException(f"{shown(path)}: what arrived does not match the file's sha256 "
                                    "(did it change meanwhile?); nothing was kept, get it again")
 
 
@@ -308,7 +308,7 @@ def get(api: ApiClient, volume: str, path: str, dest: str | None) -> None:
             progress.close()
     total = sum(e["size"] for (e, _), got in zip(jobs, fetched, strict=True) if got)
     skipped = fetched.count(False)
-    click.echo(f"{count(fetched.count(True), 'file')}, {format_bytes(total)} → {dest}"
+    click.echo(f"{count(fetched.count(True), 'file')}, {format_bytes(total)} → {shown(dest)}"
                + (f" ({skipped} already complete)" if skipped else ""), err=True)
 
 
@@ -322,9 +322,9 @@ def rm(api: ApiClient, volume: str, path: str | None, yes: bool) -> None:
     volume. A folder or a volume asks first, unless --yes."""
     if path:
         if not yes and _is_folder(api, volume, path):
-            _confirm(f"the folder {volume}/{path}")
+            _confirm(f"the folder {volume}/{shown(path)}")
         api.delete(f"/volumes/{volume}/files", {"path": path})
-        click.echo(f"deleted {volume}/{path}", err=True)
+        click.echo(f"deleted {volume}/{shown(path)}", err=True)
         return
     if not yes:
         _confirm(f"the whole volume {volume}")

@@ -43,6 +43,33 @@ LAUNCH = ('trap "" USR1; eval "$div_env_decl"; eval "$div_secrets_decl"; '
           '_div_command=$div_command; unset -v "${!div_@}"; '
           'exec /bin/bash -c "$_div_command"')
 
+# A node's stdout (or stderr) to its file a line at a time: each write one
+# or more whole lines, so appends from several nodes interleave by line. A
+# partial line goes out after 0.2 s without more (a progress bar's \r), or
+# at 64 KiB. Bytes pass unchanged. Slurm's signals to the step are for the
+# run: the relay ends when the last writer is gone, with what it holds.
+LINES = r'''import os, select, signal
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+    signal.signal(sig, signal.SIG_IGN)
+held = b""
+while True:
+    if held and not select.select([0], [], [], 0.2)[0]:
+        os.write(1, held)
+        held = b""
+        continue
+    data = os.read(0, 65536)
+    if not data:
+        break
+    held += data
+    cut = held.rfind(b"\n") + 1 or (len(held) if len(held) >= 65536 else 0)
+    view = memoryview(held)[:cut]
+    while view:
+        view = view[os.write(1, view):]
+    held = held[cut:]
+if held:
+    os.write(1, held)
+'''
+
 # Runs once on each node (srun, one task a node): a scratch folder with
 # workspace/ (a copy of the code) and mnt/, the command through the runtime,
 # then the lost-bytes note and the scratch gone, on any exit.
@@ -50,7 +77,17 @@ NODE_FUNCTIONS = r'''
 div_node() {
     # The run's own output goes straight to its files, so that srun's own
     # messages ("task 0: Exited with exit code 3") never mix into the log.
-    exec >>"$div_state/stdout" 2>>"$div_state/stderr"
+    # Several nodes append to one file: each through a relay that writes
+    # whole lines, so that one node's line never lands inside another's.
+    div_relays=()
+    if [ "${SLURM_NNODES:-1}" -gt 1 ] && command -v python3 >/dev/null; then
+        exec > >(exec python3 -I -c "$div_lines" >>"$div_state/stdout")
+        div_relays+=($!)
+        exec 2> >(exec python3 -I -c "$div_lines" >>"$div_state/stderr")
+        div_relays+=($!)
+    else
+        exec >>"$div_state/stdout" 2>>"$div_state/stderr"
+    fi
     eval "$div_bind_paths_decl"
     # One process a node: torch.distributed's env:// and torchrun (PET_*)
     # read the node's place in the run from these.
@@ -139,6 +176,14 @@ div_cleanup() {
             printf "%s written to /mnt/%s was lost: it is not a volume\n", size, n }' >&2
     done
     rm -rf "$scratch"
+    # The relays write what they hold once nothing writes to them; a moment
+    # at most (the run's processes are gone: its sandbox died with it).
+    exec >&- 2>&-
+    local i
+    for i in $(seq 50); do
+        kill -0 "${div_relays[@]}" 2>/dev/null || break
+        sleep 0.1
+    done
 }
 '''
 
@@ -373,6 +418,7 @@ def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
         "export " + _assign("div_scratch_root", site.scratch_root),
         "export " + _assign("div_gpus", "no" if spec.hardware(site).is_cpu else "yes"),
         "export " + _assign("div_launch", LAUNCH),
+        "export " + _assign("div_lines", LINES),
         *_isolation_values(site),
         # Only `none` runs it (EXEC_NONE); images bring their own Python.
         *(["export " + _assign("div_python_env", PYTHON_ENV)] if site.runtime == "none" else []),

@@ -57,6 +57,16 @@ def test_the_catalog_is_kept_for_a_minute_then_asked_again(served, tmp_path):
     assert "whole nodes of 2" in div("run", "--gpus", "3", "--", "true").output
 
 
+def test_a_type_the_cache_lacks_is_asked_for_before_it_is_refused(served, tmp_path):
+    assert "whole nodes of 4" in div("run", "--gpus", "6", "--", "true").output   # cached
+    served.write_text('[slurm]\ngpus_per_node = 4\n[gpu.a100]\npartition = "gpu"\n'
+                      'gres = "gpu:a100"\nper_node = 4\n')
+    asked = div("run", "--gpu", "a100", "--gpus", "6", "--", "true").output
+    assert "is not one of" not in asked and "whole nodes of 4" in asked, asked
+    cached = next((tmp_path / "cache" / "div").glob("catalog-*.json")).read_text()
+    assert '"a100"' in cached
+
+
 def test_div_run_help_lists_the_sites_catalog(served):
     served.write_text('[gpu.a100]\npartition = "gpu"\ngres = "gpu:a100"\nper_node = 4\n'
                       '[gpu.cpu]\npartition = "batch"\nmemory = 2\n')

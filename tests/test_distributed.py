@@ -103,6 +103,33 @@ def test_the_docs_thirty_two_gpus_are_one_job_on_four_nodes(stack, project):
                         done.stderr.decode().splitlines()[0])
 
 
+PIECEMEAL = """\
+import os, time
+rank = int(os.environ["NODE_RANK"])
+start = float(os.environ["START_AT"])
+time.sleep(max(0, start - time.time()))      # all nodes write at once
+for i in range(300):
+    os.write(1, b"node %d line %d" % (rank, i))   # as print(..., flush=True) under -u:
+    os.write(1, b"\\n")                          # the text, then the newline
+if rank == 0:
+    os.write(1, b"no newline at the end")
+"""
+
+
+def test_each_line_of_each_node_arrives_whole(stack, project):
+    import time
+    (project / "piecemeal.py").write_text(PIECEMEAL)
+    done = stack.div("run", "--gpu", "h200", "--gpus", "32", "--env",
+                     f"START_AT={time.time() + 15}", "piecemeal.py", cwd=project, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.decode()
+    whole = out.replace("no newline at the end", "")
+    lines = whole.splitlines()
+    assert sorted(lines) == sorted(f"node {n} line {i}" for n in range(4) for i in range(300)), \
+        [line for line in lines if not re.fullmatch(r"node \d line \d+", line)][:5]
+    assert out.count("no newline at the end") == 1
+
+
 def small_wheel(folder) -> None:
     """tinypkg 0.1, a wheel made here: the run installs it with no network."""
     files = {"tinypkg/__init__.py": b"ANSWER = 42\n",

@@ -125,14 +125,36 @@ def test_detach_json_prints_the_run(stack, project):
     assert run["status"] in ("queued", "running") and run["rate"] == "0.30"
 
 
-def test_json_prints_the_run_when_it_ends(stack, project):
+def test_an_image_the_site_does_not_use_is_said_once_before_upload(stack, project):
+    import json
+    write(project, "a.py", "print(1)\n")
+    done = stack.div("run", "--gpu", "cpu", "-d", "--json", "--image", "python:3.12", "a.py",
+                     cwd=project)
+    assert done.returncode == 0, done.stderr
+    said = lines(done)
+    note = ("note: this site runs commands without a container runtime: --image python:3.12 "
+            "is not used; the run gets the nodes' own software")
+    # Once, before the upload line.
+    assert said.count(note) == 1 and said.index(note) == 0, said
+    run = json.loads(done.stdout)
+    assert run["image_used"] is False
+    page = stack.dashboard_session("e2e-user", "image-test-password").get(
+        f"{stack.url}/runs/{run['name']}").text
+    assert "not used: this site runs commands without a container runtime" in page
+    # The default image is never worth a word.
+    quiet = stack.div("run", "--gpu", "cpu", "-d", "a.py", cwd=project)
+    assert "note:" not in quiet.stderr.decode()
+
+
+def test_json_prints_the_run_when_it_ends_alone_on_stdout(stack, project):
     import json
     write(project, "a.py", "print('out')\n")
     done = stack.div("run", "--gpu", "l40s", "--gpus", "2", "--json", "a.py", cwd=project)
     assert done.returncode == 0
-    out, _, document = done.stdout.partition(b"\n")
-    assert out == b"out"
-    run = json.loads(document)
+    # stdout is one JSON document (a cron job appends it to a .jsonl file);
+    # the run's own stdout went to stderr, and stderr says so.
+    run = json.loads(done.stdout)
+    assert b"\nout\n" in done.stderr and b"the run's stdout follows on stderr" in done.stderr
     assert (run["status"], run["exit_code"], run["gpu"], run["gpus"]) == ("succeeded", 0, "l40s", 2)
     assert (run["rate"], run["cost"], run["cpu"], run["memory"]) == ("5.10", "0.085", 2, 16)
 

@@ -51,6 +51,46 @@ def test_a_bad_flag_exits_2_naming_it_and_uploads_nothing(stack, project, args, 
     assert all('"GET /api/v1/catalog ' in line for line in asked), asked
 
 
+MISSING_ENTRYPOINTS = [
+    (["finetune.py::lora"], "finetune.py is not there"),
+    (["train.py::lora"], "train.py defines no lora at its top level"),
+    (["broken.py::run"], "broken.py is not valid Python: line 1"),
+    (["ignored.py"], "ignored.py is not uploaded (git ignores it)"),
+]
+
+
+@pytest.mark.parametrize("args,message", MISSING_ENTRYPOINTS, ids=[a[0][0] for a in MISSING_ENTRYPOINTS])
+def test_an_entrypoint_that_is_not_there_costs_nothing(stack, project, args, message):
+    """Found by reading the folder (the file is never run): exit 2 before
+    the server is asked anything but its catalog."""
+    import subprocess
+    (project / "train.py").write_text("import os\nif os:\n    def run():\n        print(1)\n")
+    (project / "broken.py").write_text("def run(:\n")
+    (project / "ignored.py").write_text("print('ignored')\n")
+    (project / ".gitignore").write_text("ignored.py\n")
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    before = len(stack.server_log.read_text().splitlines())
+    done = stack.div("run", "--gpu", "h200", "--gpus", "16", *args, cwd=project)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr.decode() and "nothing was uploaded" in done.stderr.decode()
+    asked = stack.server_log.read_text().splitlines()[before:]
+    assert all('"GET /api/v1/catalog ' in line for line in asked), asked
+    # A function defined under an `if` at the top level is found.
+    started = stack.div("run", "--gpu", "cpu", "-d", "train.py::run", cwd=project)
+    assert started.returncode == 0, started.stderr
+
+
+def test_a_broken_telemetry_layout_is_refused_before_upload(stack, project):
+    (project / "a.py").write_text("print(1)\n")
+    (project / "telemetry.toml").write_text("[[chart]]\nmetrics = 'loss'\n")
+    before = len(stack.server_log.read_text().splitlines())
+    done = stack.div("run", "--gpu", "cpu", "a.py", cwd=project)
+    assert done.returncode == 2
+    assert "chart 1: metrics must be a list of metric names" in done.stderr.decode()
+    asked = stack.server_log.read_text().splitlines()[before:]
+    assert not [line for line in asked if "/code/" in line], asked
+
+
 def test_gpu_h100_and_gpu_equals_h100_are_the_same(stack, project):
     (project / "a.py").write_text("print(1)\n")
     spaced = stack.div("run", "--gpu", "h100", "--name", "spaced", "-d", "--json", "a.py",
@@ -78,7 +118,10 @@ def test_the_server_checks_again(stack):
              ({"project": "p", "command": "true", "env": {"A B": "x"}}, "invalid env"),
              ({"project": "p", "command": "true", "name": "x;y"}, "invalid run name"),
              ({"project": "p", "command": "true", "max_spend": "0.001"}, "whole cents"),
-             ({"project": "p", "command": "true", "max_spend": "0.01"}, "less than a minute"),
+             ({"project": "p", "command": "true", "max_spend": "0.01"},
+              "buys less than a minute at $4.80/h: the least is $0.08"),
+             ({"project": "p", "command": "true", "telemetry": "[[chart]\nmetrics = 3"},
+              "telemetry.toml is not valid TOML"),
              ({"project": "p", "command": "true", "code": "../x/code/12345678"}, "invalid code"),
              ({"project": "../p", "command": "true"}, "invalid project"),
              ({"project": "p", "command": ""}, "needs a command")]

@@ -159,7 +159,8 @@ def test_a_refused_run_is_not_kept_and_its_name_is_free(faulty, code):
     checked = faulty.div("run", "--gpu", "h200", "--gpus", "40", "--no-upload",
                          "--name", "too-big", "--", "true", cwd=code)
     assert checked.returncode == 2
-    assert last_line(checked) == "Slurm refused the job: Node count specification invalid"
+    assert last_line(checked) == ("the cluster has 32 H200 on 4 nodes: --gpu h200 --gpus 40 asks "
+                                  "for more (Slurm: Node count specification invalid)")
     # The same refusal at submit, for a client that skips the check.
     refused = faulty.api("POST", "/runs", json={"project": "p", "command": "true", "gpu": "h200",
                                                 "gpus": 40, "name": "too-big"})

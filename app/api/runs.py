@@ -17,6 +17,7 @@ from app.services.runs import (
     find_run,
     list_runs,
     parse_request,
+    request_notes,
     rerun_request,
     run_for_request_key,
     run_json,
@@ -52,9 +53,11 @@ def _created(run_request):
 @bp.post("/runs/check")
 @token_required
 def runs_check():
-    """Whether POST /runs would take this run, before its code is uploaded."""
-    check_run(g.user, parse_request(request.get_json(silent=True)))
-    return jsonify(ok=True)
+    """Whether POST /runs would take this run, before its code is uploaded,
+    and what `div run` should say before it uploads (`notes`)."""
+    run_request = parse_request(request.get_json(silent=True))
+    check_run(g.user, run_request)
+    return jsonify(ok=True, notes=request_notes(run_request))
 
 
 @bp.get("/runs")

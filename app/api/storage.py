@@ -20,6 +20,7 @@ from app.services.storage import (
     volume_summaries,
 )
 from app.services.volumes import check_volume_name
+from app.web.byte_paths import path_arg
 from app.web.downloads import send_volume_file
 from app.web.request_args import STREAMED, json_object
 from app.web.slots import holding_slot
@@ -42,7 +43,7 @@ def volumes_delete(volume: str):
 @bp.get("/volumes/<volume>/ls")
 @token_required
 def volumes_ls(volume: str):
-    top, entries = list_path(g.user.org, check_volume_name(volume), request.args.get("path", ""),
+    top, entries = list_path(g.user.org, check_volume_name(volume), path_arg(),
                              recursive=request.args.get("recursive") == "1")
     return jsonify(entry=top.as_json(), entries=[e.as_json() for e in entries])
 
@@ -64,9 +65,9 @@ def volumes_put_file(volume: str):
     sha = request.headers.get("X-Div-Sha256", "")
     if request.content_length is None:
         raise Invalid("send the file with a Content-Length")
-    store_file(g.user.org, check_volume_name(volume), request.args.get("path", ""),
+    store_file(g.user.org, check_volume_name(volume), path_arg(),
                upload_body(request, MAX_FILE_SECONDS), request.content_length, sha)
-    return jsonify(stored=request.args.get("path")), 201
+    return jsonify(stored=path_arg()), 201
 
 
 @bp.post("/volumes/<volume>/bundle")
@@ -83,11 +84,11 @@ def volumes_put_bundle(volume: str):
 @token_required
 @holding_slot(TRANSFER)
 def volumes_get_file(volume: str):
-    return send_volume_file(g.user.org, check_volume_name(volume), request.args.get("path", ""))
+    return send_volume_file(g.user.org, check_volume_name(volume), path_arg())
 
 
 @bp.delete("/volumes/<volume>/files")
 @token_required
 def volumes_delete_file(volume: str):
-    delete(g.user.org, check_volume_name(volume), request.args.get("path", ""))
-    return jsonify(deleted=request.args.get("path"))
+    delete(g.user.org, check_volume_name(volume), path_arg())
+    return jsonify(deleted=path_arg())

@@ -7,7 +7,7 @@ from flask import g, jsonify, request
 from app.api import bp
 from app.api.auth import token_required
 from app.services.errors import Invalid
-from app.services.runs import REQUEST_KEY, parse_request
+from app.services.runs import REQUEST_KEY, parse_request, request_notes
 from app.services.sweeps import (
     check_sweep,
     create_sweep,
@@ -31,8 +31,9 @@ def _body() -> dict:
 def sweeps_check():
     """Whether POST /sweeps would take this, before its code is uploaded."""
     body = _body()
-    check_sweep(g.user, parse_request(body), body["sweep"])
-    return jsonify(ok=True)
+    run_request = parse_request(body)
+    check_sweep(g.user, run_request, body["sweep"])
+    return jsonify(ok=True, notes=request_notes(run_request))
 
 
 @bp.post("/sweeps")

@@ -13,6 +13,8 @@ from app.models import iso_utc
 from app.services.pricing import format_usd, usd_text
 from app.services.pricing import micros as to_micros
 from app.services.run_text import format_duration
+from app.web.byte_paths import path_query
+from cli.output import shown
 from cli.units import format_bytes
 
 
@@ -52,3 +54,9 @@ def money_filter(micros: int | str | None) -> Markup:
 def size_filter(size: int) -> Markup:
     """101 B, 1.9 KB (as `div storage ls`), the bytes on hover."""
     return Markup('<span title="{} bytes">{}</span>').format(f"{size:,}", escape(format_bytes(size)))
+
+
+# A volume path a run named with any bytes (app/web/byte_paths.py): shown as
+# `div storage ls` shows it, linked byte for byte.
+bp.app_template_filter("shown_path")(shown)
+bp.app_template_filter("path_query")(path_query)

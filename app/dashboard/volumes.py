@@ -2,7 +2,7 @@
 to browse, files to download."""
 from __future__ import annotations
 
-from flask import g, render_template, request
+from flask import g, render_template
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
@@ -10,6 +10,7 @@ from app.services.quota import usage_json
 from app.services.request_slots import TRANSFER
 from app.services.storage import list_path, volume_summaries
 from app.services.volumes import check_volume_name
+from app.web.byte_paths import path_arg
 from app.web.downloads import send_volume_file
 from app.web.slots import holding_slot
 
@@ -25,7 +26,7 @@ def volumes():
 @login_required
 @holding_slot(TRANSFER)
 def volume_folder(volume: str):
-    path = request.args.get("path", "")
+    path = path_arg()
     top, entries = list_path(g.user.org, check_volume_name(volume), path)
     if top.type == "file":
         return send_volume_file(g.user.org, volume, path, as_attachment=True)

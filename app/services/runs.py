@@ -26,13 +26,13 @@ from app.services.errors import (
     Forbidden,
     Invalid,
     NotFound,
-    Refused,
     ServiceError,
     TooManySubmits,
     Unavailable,
 )
-from app.services.pricing import current_prices, micros, minutes_for, usd_text
+from app.services.pricing import current_prices, format_usd, micros, minutes_for, usd_text
 from app.services.quota import check_room
+from app.services.refusals import refused_by_slurm
 from app.services.rows import add_unique
 from app.services.run_text import waiting_text
 from app.services.secrets import (
@@ -54,6 +54,7 @@ from app.services.submissions import (
     record_job,
     settle_without_job,
 )
+from app.services.telemetry import parse_layout
 from app.services.transfers import PROJECT as TRANSFER_PROJECT
 from app.services.transfers import S3Location, Transfer, parse_mount, run_fields
 from app.services.usage import hold_spend, minutes_left
@@ -189,6 +190,9 @@ def _validate(req: RunRequest) -> None:
         raise Invalid("a secret is named twice")
     if req.telemetry is not None and len(req.telemetry.encode()) > MAX_TELEMETRY_BYTES:
         raise Invalid("telemetry.toml may be at most 64 KiB")
+    _, bad_layout = parse_layout(req.telemetry)
+    if bad_layout:
+        raise Invalid(bad_layout)
     if req.code_ref is not None and not CODE_REF.fullmatch(req.code_ref):
         raise Invalid(f"invalid code reference {req.code_ref!r}")
     volumes = [volume for _, volume in req.mounts]
@@ -235,8 +239,9 @@ def _money_limit(org: Org, max_spend: int | None, rate: int) -> tuple[int | None
     if max_spend is not None:
         spend_minutes = minutes_for(max_spend, rate)
         if spend_minutes < 1:
-            raise Invalid(f"a max spend of {usd_text(max_spend)} buys less than "
-                          f"a minute at ${usd_text(rate)}/h")
+            least_cents = -(-rate // (60 * 10_000))    # a minute, rounded up to the cent
+            raise Invalid(f"a max spend of ${usd_text(max_spend)} buys less than a minute at "
+                          f"${usd_text(rate)}/h: the least is {format_usd(least_cents * 10_000)}")
     org_minutes = minutes_left(org, rate)
     if org_minutes is not None and (spend_minutes is None or org_minutes < spend_minutes):
         return org_minutes, "org"
@@ -323,6 +328,20 @@ def job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,
         raise Invalid(str(exc)) from None
 
 
+def request_notes(req: RunRequest) -> list[str]:
+    """What the user should hear before the run starts although nothing is
+    wrong with it: an image this site does not use."""
+    if slurm_site().runtime == "none" and req.image != DEFAULT_IMAGE:
+        return [f"this site runs commands without a container runtime: --image {req.image} "
+                "is not used; the run gets the nodes' own software"]
+    return []
+
+
+def image_used() -> bool:
+    """Whether this site runs a run in its image (the run's JSON says so)."""
+    return slurm_site().runtime != "none"
+
+
 def check_run(user: User, req: RunRequest) -> None:
     """What creating the run would refuse, asked before `div run` uploads
     anything: its secrets exist, its name is free, its spend buys a minute,
@@ -341,7 +360,7 @@ def check_run(user: User, req: RunRequest) -> None:
         ensure_org_account(org)
         slurm_client().test_submit(script)
     except SubmitRefused as exc:
-        raise Refused(str(exc)) from None
+        raise refused_by_slurm(exc, req.gpu, req.gpus) from None
     except SlurmError as exc:
         raise not_taken(exc) from None
 
@@ -523,7 +542,7 @@ def _submit(run: Run, org: Org, state: str, script: str) -> str:
         return slurm_client().submit(script)
     except SubmitRefused as exc:
         _forget(run, state)
-        raise Refused(str(exc)) from None
+        raise refused_by_slurm(exc, run.gpu_type, run.gpus) from None
     except SubmitNotReceived as exc:
         _forget(run, state)
         raise not_taken(exc) from None
@@ -640,7 +659,8 @@ def run_json(run: Run) -> dict:
         "status": run.status,
         "exit_code": run.exit_code, "waiting": waiting_text(run),
         "gpu": run.gpu_type, "gpus": run.gpus, "cpu": run.cpus, "memory": run.memory_gib,
-        "image": run.image, "command": run.command, "env": run.env,
+        "image": run.image, "image_used": image_used(), "command": run.command,
+        "env": run.env,
         "secrets": run.secret_names or [], "code": run.code_ref,
         "created_at": iso_utc(run.created_at), "started_at": iso_utc(run.started_at),
         "ended_at": iso_utc(run.ended_at), "duration": run.elapsed_seconds,

@@ -66,12 +66,17 @@ def clean_path(path: object, allow_root: bool = True) -> str:
         raise Invalid("a path must not contain NUL bytes")
     if path.startswith("/"):
         raise Invalid(f"{path!r}: paths are relative to the volume, not absolute")
-    if len(path.encode(errors="surrogatepass")) > MAX_PATH_BYTES:
+    try:
+        # PEP 383's form (app/web/byte_paths.py): each lone surrogate is a byte.
+        size = len(path.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:
+        raise Invalid("a path holds text that is not valid Unicode") from None
+    if size > MAX_PATH_BYTES:
         raise Invalid(f"a path in a volume is at most {MAX_PATH_BYTES} bytes")
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise Invalid(f"{path!r}: .. is not allowed in a volume path")
-    if any(len(p.encode(errors="surrogatepass")) > 255 for p in parts):
+    if any(len(p.encode("utf-8", "surrogateescape")) > 255 for p in parts):
         raise Invalid("a file or folder name is at most 255 bytes")
     if not parts and not allow_root:
         raise Invalid("name a file or folder in the volume")

@@ -24,6 +24,7 @@ from app.extensions import db
 from app.models import Org, Run, Sweep, User, iso_utc
 from app.services.errors import Conflict, Invalid, NotFound, Refused
 from app.services.pricing import usd_text
+from app.services.refusals import refused_by_slurm
 from app.services.runs import (
     LIVE,
     SWEEP_PREFIX,
@@ -207,7 +208,7 @@ def _submit(org: Org, sweep: Sweep, runs: list[Run], script: str) -> str:
         return slurm_client().submit(script)
     except SubmitRefused as exc:
         _forget(org, sweep, runs)
-        raise Refused(str(exc)) from None
+        raise refused_by_slurm(exc, runs[0].gpu_type, runs[0].gpus) from None
     except SubmitNotReceived as exc:
         _forget(org, sweep, runs)
         raise not_taken(exc) from None

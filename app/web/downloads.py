@@ -11,12 +11,13 @@ from flask import request, send_file
 
 from app.models import Org
 from app.services.storage import open_for_download
+from cli.output import shown
 
 
 def send_volume_file(org: Org, volume: str, path: str, as_attachment: bool = False):
     file, info, sha = open_for_download(org, volume, path)
     response = send_file(file, mimetype="application/octet-stream", as_attachment=as_attachment,
-                         download_name=posixpath.basename(path.rstrip("/")) or None,
+                         download_name=shown(posixpath.basename(path.rstrip("/"))) or None,
                          conditional=False, etag=False)
     response.content_length = info.st_size
     response.last_modified = info.st_mtime

@@ -41,6 +41,27 @@ export div_image=pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime
 export div_scratch_root=/tmp
 export div_gpus=yes
 export div_launch='trap "" USR1; eval "$div_env_decl"; eval "$div_secrets_decl"; for div_kv in "${div_env[@]}" "${div_secrets[@]}"; do export -- "$div_kv"; done; _div_command=$div_command; unset -v "${!div_@}"; exec /bin/bash -c "$_div_command"'
+export div_lines='import os, select, signal
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+    signal.signal(sig, signal.SIG_IGN)
+held = b""
+while True:
+    if held and not select.select([0], [], [], 0.2)[0]:
+        os.write(1, held)
+        held = b""
+        continue
+    data = os.read(0, 65536)
+    if not data:
+        break
+    held += data
+    cut = held.rfind(b"\n") + 1 or (len(held) if len(held) >= 65536 else 0)
+    view = memoryview(held)[:cut]
+    while view:
+        view = view[os.write(1, view):]
+    held = held[cut:]
+if held:
+    os.write(1, held)
+'
 export div_node_isolate=--div-isolate
 export div_isolate=''
 export div_job_hosts="/run/divergent/jobs/$SLURM_JOB_ID/hosts"
@@ -70,7 +91,17 @@ export div_secrets_decl=
 div_node() {
     # The run's own output goes straight to its files, so that srun's own
     # messages ("task 0: Exited with exit code 3") never mix into the log.
-    exec >>"$div_state/stdout" 2>>"$div_state/stderr"
+    # Several nodes append to one file: each through a relay that writes
+    # whole lines, so that one node's line never lands inside another's.
+    div_relays=()
+    if [ "${SLURM_NNODES:-1}" -gt 1 ] && command -v python3 >/dev/null; then
+        exec > >(exec python3 -I -c "$div_lines" >>"$div_state/stdout")
+        div_relays+=($!)
+        exec 2> >(exec python3 -I -c "$div_lines" >>"$div_state/stderr")
+        div_relays+=($!)
+    else
+        exec >>"$div_state/stdout" 2>>"$div_state/stderr"
+    fi
     eval "$div_bind_paths_decl"
     # One process a node: torch.distributed's env:// and torchrun (PET_*)
     # read the node's place in the run from these.
@@ -159,6 +190,14 @@ div_cleanup() {
             printf "%s written to /mnt/%s was lost: it is not a volume\n", size, n }' >&2
     done
     rm -rf "$scratch"
+    # The relays write what they hold once nothing writes to them; a moment
+    # at most (the run's processes are gone: its sandbox died with it).
+    exec >&- 2>&-
+    local i
+    for i in $(seq 50); do
+        kill -0 "${div_relays[@]}" 2>/dev/null || break
+        sleep 0.1
+    done
 }
 
 div_exec() {
