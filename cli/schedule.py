@@ -60,6 +60,10 @@ def schedule_ls(api, as_json: bool) -> None:
     rows = api.get("/schedules")["schedules"]
     if as_json:
         return print_json(rows)
+    if not rows:
+        click.echo("no schedules yet: make one with div schedule create --cron 'M H DOM MON DOW' "
+                   "-- <div run flags>", err=True)
+        return
     table(["NAME", "WHEN", "LAST RUN", "COMMAND"],
           [[row["name"], f"{row['when']}; next {row['next_local']}",
             row["last_run"] or (f"failed: {row['last_error']}" if row["last_error"] else "-"),

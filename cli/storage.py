@@ -182,8 +182,11 @@ def ls(api: ApiClient, volume: str | None, path: str, as_json: bool) -> None:
         volumes = answer["volumes"]
         if as_json:
             return print_json(volumes)
-        table(["VOLUME", "SIZE", "FILES"],
-              [[v["name"], format_bytes(v["size"]), str(v["files"])] for v in volumes])
+        # Data first; the volumes that hold `div run`'s code uploads after.
+        table(["VOLUME", "SIZE", "FILES", "HOLDS"],
+              [[v["name"], format_bytes(v["size"]), str(v["files"]),
+                "code (div run)" if v.get("code") else "data"]
+               for v in sorted(volumes, key=lambda v: bool(v.get("code")))])
         return _storage_line(answer.get("storage"))
     answer = api.get(f"/volumes/{volume}/ls", {"path": path})
     if as_json:

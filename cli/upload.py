@@ -16,6 +16,8 @@ from pathlib import Path
 import click
 
 from cli.api import ApiClient
+from cli.follow import WaitingLine
+from cli.output import shown
 from cli.units import format_bytes
 
 MAX_FILE_BYTES = 256 * 1000 * 1000
@@ -97,7 +99,24 @@ def list_files(root: Path) -> list[str]:
     """What `div run` uploads: git's view inside a repository, else the
     folder less the docs' exclusions."""
     candidates = _git_files(root.resolve())
+    if candidates is not None:
+        _warn_of_env_files(root, candidates)
     return regular_files(root, walk_files(root) if candidates is None else candidates)
+
+
+def _warn_of_env_files(root: Path, candidates: list[str]) -> None:
+    """Outside git a .env* file is never uploaded; inside, git's view rules,
+    so one that is untracked and not ignored (a secret, most likely) goes:
+    said, with the way to keep it home."""
+    env_files = [p for p in candidates if fnmatch.fnmatchcase(os.path.basename(p), ".env*")]
+    if not env_files:
+        return
+    untracked = subprocess.run(["git", "ls-files", "-o", "--exclude-standard", "-z", "--",
+                                *env_files], cwd=root, capture_output=True).stdout
+    for path in untracked.decode("utf-8", "surrogateescape").split("\0"):
+        if path:
+            click.echo(f"warning: uploading {shown(path)}: untracked and not in .gitignore "
+                       "(add it there to keep it off the cluster)", err=True)
 
 
 def refuse_too_large(rel: str, size: int) -> None:
@@ -149,11 +168,15 @@ def upload(api: ApiClient, volume: str, files: list[LocalFile]) -> dict:
     by_hash = {f.sha256: f for f in files}
     missing = [by_hash[sha] for sha in answer["missing"]]
     total = sum(f.size for f in missing)
-    if sys.stderr.isatty():
-        click.echo(f"uploading {len(missing)} files, {format_bytes(total)}", err=True)
-    with ThreadPoolExecutor(PARALLEL) as pool:
-        list(pool.map(lambda f: api.put_file(f"/code/blobs/{f.sha256}", f.disk_path, f.size),
-                      missing))
+    # On a terminal, while it lasts: the line after it says what was uploaded.
+    line = WaitingLine(sys.stderr.isatty())
+    line.show(f"uploading {len(missing)} files, {format_bytes(total)}")
+    try:
+        with ThreadPoolExecutor(PARALLEL) as pool:
+            list(pool.map(lambda f: api.put_file(f"/code/blobs/{f.sha256}", f.disk_path, f.size),
+                          missing))
+    finally:
+        line.clear()
     answer = api.post("/code/trees", manifest)
     if "missing" in answer:
         raise click.ClickException("the server still lacks some files after the upload; try again")

@@ -1,14 +1,25 @@
 """`div usage`: the org's spend this month, by project and GPU type."""
 from __future__ import annotations
 
+import re
+
 import click
 
 from cli.context import pass_api
 from cli.output import dollars, print_json, table
 
 
+def _month(ctx, param, value: str | None) -> str | None:
+    """A bad month is a bad flag (exit 2), said before the API is asked."""
+    match = re.fullmatch(r"(\d{4})-(\d{2})", value) if value is not None else None
+    if value is not None and not (match and 1 <= int(match.group(1)) <= 9998
+                                  and 1 <= int(match.group(2)) <= 12):
+        raise click.BadParameter(f"{value!r}: use YYYY-MM, such as 2026-11")
+    return value
+
+
 @click.command("usage")
-@click.option("--month", metavar="YYYY-MM", help="Another month than this one.")
+@click.option("--month", metavar="YYYY-MM", callback=_month, help="Another month than this one.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_api
 def usage(api, month: str | None, as_json: bool) -> None:

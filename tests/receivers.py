@@ -18,12 +18,14 @@ from tests.sshd import free_port
 class Webhook:
     def __init__(self, failures: int = 0):
         self.failures, self.tries, self.received = failures, [], []
+        self.deliveries = []     # X-Div-Delivery of every try
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 receiver.tries.append(time.monotonic())
+                receiver.deliveries.append(self.headers["X-Div-Delivery"])
                 if len(receiver.tries) <= receiver.failures:
                     self.send_response(500)
                 else:

@@ -499,7 +499,7 @@ def test_a_webhook_cannot_reach_the_server_or_the_cluster(app_context, app):
             add_channel(user, webhook=url)    # a name: every address it resolves to
         # And again as it is delivered: a name's answer may change since.
         with pytest.raises(NotDelivered, match=r"may not reach localhost \(127.0.0.1\)"):
-            send_webhook(url, {"text": "x"})
+            send_webhook(url, {"text": "x"}, "div-1-run-x-failed")
         assert receiver.tries == []
     finally:
         receiver.close()

@@ -74,10 +74,15 @@ def test_new_york_is_read_in_its_own_time():
 @pytest.mark.parametrize("expression, words", [
     ("0 3 * * *", "at 03:00 every day"),
     ("0 3,15 * * 1-5", "at 03:00 and 15:00 on Monday to Friday"),
-    ("*/15 * * * *", "every 15 minutes every day"),
+    ("*/15 * * * *", "every 15 minutes"),
+    ("*/15 9-17 * * mon-fri", "every 15 minutes from 09:00 to 17:45 on Monday to Friday"),
+    ("* * * * *", "every minute"),
+    ("* 9-17 * * *", "every minute from 09:00 to 17:59"),
+    ("30 9-17 * * *", "every hour from 09:30 to 17:30"),
+    ("0,30 9-17 * * *", "at minutes 0,30 of hours 9-17 every day"),
     ("5 4 * jan,jul *", "at 04:05 every day in January, July"),
     ("0 0 1,15 * sun", "at 00:00 on day 1,15 of the month or on Sunday"),
-    ("0 */2 * * *", "every 2 hours from 00:00, at minute 0, every day"),
+    ("5 */2 * * *", "every 2 hours from 00:05"),
 ])
 def test_schedules_are_described_in_plain_words(expression, words):
     assert describe(parse_cron(expression)) == words

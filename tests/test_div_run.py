@@ -243,8 +243,13 @@ def test_git_repository_uploads_what_git_lists(stack, project):
     subprocess.run([*git, "add", "train.py", ".gitignore"], cwd=project, check=True)
     subprocess.run([*git, "commit", "-qm", "x"], cwd=project, check=True)
     write(project, "untracked.py", "")
+    write(project, ".env.local", "TOKEN=secret")
     done = stack.div("run", "--gpu", "cpu", "train.py", cwd=project)
-    assert done.stdout == b"['.gitignore', 'train.py', 'untracked.py']\n", done.stderr
+    assert done.stdout == b"['.env.local', '.gitignore', 'train.py', 'untracked.py']\n", \
+        done.stderr
+    # Git's view rules, but a .env file it would upload is said first.
+    assert lines(done)[0] == ("warning: uploading .env.local: untracked and not in .gitignore "
+                              "(add it there to keep it off the cluster)")
 
 
 def test_outside_git_the_docs_exclusions_apply(stack, project):

@@ -6,6 +6,7 @@ is announced by webhook and by email within seconds."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -73,9 +74,13 @@ def test_a_receiver_that_fails_twice_gets_the_message_on_the_third_try(app_conte
                             "metrics.accuracy>=0.8 failed (0.71); cost $0.02; "
                             "https://div.example.org/runs/run-ab12")
     assert (body["event"], body["run"], body["cost"]) == ("failed", "run-ab12", "0.02")
+    # Every try of one message carries one id, for a receiver to drop a repeat.
+    assert len(set(webhook.deliveries)) == 1 and webhook.deliveries[0] == body["delivery"]
+    assert body["delivery"].endswith("-run-ab12-failed")
     recipients, mail = mailbox.received[0]
     assert recipients == ["oncall@example.org"]
     assert "Subject: divergent: run run-ab12 failed (exit code 3)" in mail
+    assert re.search(r"Message-ID: <div-\d+-run-ab12-failed@divergent>", mail), mail
     channels = {c.kind: c for c in db.session.execute(db.select(NotifyChannel)).scalars()}
     assert channels["webhook"].last_delivery_at is not None
     assert "answered 500" in channels["webhook"].last_error
@@ -165,7 +170,7 @@ def test_a_message_that_cannot_be_sent_at_all_fails_alone(app_context, monkeypat
     add_channel(user, webhook="https://hooks.example.org/x")
     enqueue_for(ended_run(user))
     db.session.commit()
-    monkeypatch.setattr(outbox, "send_webhook", lambda url, body: 1 / 0)
+    monkeypatch.setattr(outbox, "send_webhook", lambda url, body, delivery: 1 / 0)
     assert send_due() == 0
     row = db.session.execute(db.select(Notification)).scalar_one()
     assert (row.status, row.attempts, row.claimed_until) == ("pending", 1, None)
@@ -211,3 +216,15 @@ def test_a_message_says_how_the_run_ended_whichever_event_was_heard(app_context)
     message = next(n for n in db.session.new if isinstance(n, Notification))
     assert message.text == ("divergent: run run-ab12 failed (exit code 3); cost $0.02; "
                             "https://div.example.org/runs/run-ab12")
+
+
+def test_a_message_writes_money_as_the_cli_does(app_context):
+    """A minute of cpu is $0.005: the text says $0.01, as `div run` does; the
+    JSON keeps the exact amount."""
+    user = get_or_create_user(get_or_create_org("acme"), "ana")
+    add_channel(user, webhook="https://hooks.example.org/every-end", events="ended")
+    run = ended_run(user)
+    run.cost_micros = 5_000
+    enqueue_for(run)
+    message = next(n for n in db.session.new if isinstance(n, Notification))
+    assert "; cost $0.01; " in message.text and '"cost": "0.005"' in json.dumps(message.body)

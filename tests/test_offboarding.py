@@ -11,9 +11,20 @@ import pytest
 import sqlalchemy as sa
 
 from app.extensions import db
-from app.models import ApiKey, Project, Run, Schedule, User, utcnow
+from app.models import (
+    ApiKey,
+    Notification,
+    NotifyChannel,
+    Org,
+    Project,
+    Run,
+    Schedule,
+    User,
+    utcnow,
+)
 from app.services.errors import Forbidden
 from app.services.keys import create_key
+from app.services.notify import add_channel
 from app.services.orgs import get_or_create_org, get_or_create_user
 from app.services.passwords import set_password, user_for_password
 from app.services.runs import create_run, parse_request
@@ -64,9 +75,26 @@ def test_an_org_with_live_runs_stays_and_one_without_keeps_its_volumes_until_a_p
     with app.app_context():
         db.session.execute(db.update(Run).values(status="succeeded"))
         db.session.commit()
+    with app.app_context():
+        org = db.session.execute(db.select(Org).filter_by(name="acme")).scalar_one()
+        add_channel(db.session.execute(db.select(User)).scalar_one(),
+                    webhook="https://hooks.example.org/acme")
+        db.session.add(Notification(org_id=org.id, channel_id=db.session.execute(
+            db.select(NotifyChannel.id)).scalar_one(), run_name="run-1", event="failed",
+            text="t", body={}))
+        db.session.commit()
     removed = flask(runner, "remove-org", "acme")
-    assert "acme removed with its 1 user; its runs and bills are kept" in removed
+    assert ("acme removed with its 1 user and its notification channels; its runs and bills "
+            "are kept") in removed
     assert whoami(client, key) == 401
+    # Its channels hear of nothing more, and the org list says it is gone.
+    with app.app_context():
+        assert db.session.execute(db.select(NotifyChannel)).first() is None
+        assert db.session.execute(db.select(Notification)).first() is None
+    listed = [line for line in flask(runner, "orgs").splitlines() if line.startswith("acme")]
+    assert re.fullmatch(r"acme +acme +0 +\$0\.01 +no limit +removed \d{4}-\d\d-\d\d", listed[0]), listed
+    assert re.search(r"acme was removed on \d{4}-\d\d-\d\d; nothing more to remove",
+                     flask(runner, "remove-org", "acme"))
     share = os.path.join(app.config["DIV_DATA_DIR"], "share", "acme")
     assert os.path.isdir(os.path.join(share, "data"))
     assert "acme was removed" in flask(runner, "create-org", "acme", code=2)

@@ -57,6 +57,13 @@ def test_the_guides_walk_through(stack, project, tmp_path):
     import json
     by_name = {v["name"]: v for v in json.loads(volumes.stdout)}
     assert by_name["training-data"]["files"] == 2 and by_name["checkpoints"]["files"] == 2
+    # The table: data volumes first, the code uploads' volume after, each said.
+    rows = [line.split() for line in stack.div("storage", "ls", cwd=project).stdout.decode()
+            .splitlines()[1:]]
+    holds = [row[-1] if row[-1] == "data" else " ".join(row[-2:]) for row in rows]
+    assert holds == sorted(holds, key=lambda kind: kind != "data")
+    assert dict(zip([row[0] for row in rows], holds, strict=True))[
+        "very-cool-classifier-code"] == "code (div run)"
 
 
 def test_a_single_file_lands_under_its_name_and_get_skips_what_is_complete(stack, project, tmp_path):

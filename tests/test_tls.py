@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import select
 import shutil
 import socket
@@ -17,9 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.sshd import free_port, wait_for_port
-from tests.stack import ROOT
+from tests.stack import ROOT, start_stack, stop_stack
 
 DEPLOY = ROOT / "deploy"
 
@@ -43,7 +45,10 @@ def make_ca_and_server_cert(folder: Path) -> None:
 def tls(stack, tmp_path_factory):
     """nginx on a free port with the shipped site file; yields its URL and
     the folder with the CA."""
-    folder = tmp_path_factory.mktemp("tls")
+    yield from nginx_in_front(stack, tmp_path_factory.mktemp("tls"))
+
+
+def nginx_in_front(stack, folder: Path):
     make_ca_and_server_cert(folder)
     port, plain = free_port(), free_port()
     site = (DEPLOY / "nginx" / "divergent.conf").read_text()
@@ -63,10 +68,39 @@ def tls(stack, tmp_path_factory):
     nginx = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-p", str(folder), "-e",
                               str(folder / "error.log"), "-c", str(folder / "nginx.conf"),
                               "-g", "daemon off;"], stderr=subprocess.PIPE)
-    wait_for_port(port)
-    yield f"https://localhost:{port}", folder
-    nginx.terminate()
-    nginx.wait(10)
+    try:
+        wait_for_port(port)
+        yield f"https://localhost:{port}", folder
+    finally:
+        nginx.terminate()
+        nginx.wait(10)
+
+
+@pytest.fixture(scope="module")
+def site_behind_nginx(slurm_cluster, tmp_path_factory):
+    """A stack configured as the README's login-node install (DIV_PROXY_HOPS=1,
+    secure cookies) behind the shipped nginx site on a port that is not 443."""
+    proxied = start_stack(free_port(), None, settings={"DIV_PROXY_HOPS": "1",
+                                                       "DIV_SECURE_COOKIES": "1"})
+    front = nginx_in_front(proxied, tmp_path_factory.mktemp("site-tls"))
+    try:
+        yield proxied, *next(front)
+    finally:
+        front.close()
+        stop_stack(proxied)
+
+
+def test_the_dashboard_signs_in_through_nginx_on_any_port(site_behind_nginx):
+    stack, url, folder = site_behind_nginx
+    stack.flask("set-password", "e2e-user", "--password", "nginx-test-password")
+    session = requests.Session()
+    session.verify = str(folder / "ca.pem")
+    page = session.get(f"{url}/login").text
+    token = re.search(r'name="csrf-token" content="([^"]+)"', page).group(1)
+    # As a browser posts the form: with the page it came from as Referer.
+    signed_in = session.post(f"{url}/login", headers={"Referer": f"{url}/login"}, data={
+        "username": "e2e-user", "password": "nginx-test-password", "csrf_token": token})
+    assert signed_in.status_code == 200 and "<h1>Runs</h1>" in signed_in.text, signed_in.text[:300]
 
 
 def div_env(stack, tls, **extra) -> dict[str, str]:

@@ -67,9 +67,10 @@ def orgs() -> None:
     """List the orgs: Slurm account, users, this month's spend and limit."""
     click.echo(f"{'ORG':20s} {'ACCOUNT':20s} {'USERS':>5s} {'THIS MONTH':>11s} {'LIMIT':>10s}")
     for row in org_summaries():
+        removed = f"  removed {row.org.removed_at:%Y-%m-%d}" if row.org.removed_at else ""
         click.echo(f"{row.org.name:20s} {row.org.slurm_account:20s} {row.users:>5d} "
                    f"{format_usd(row.month_spend_micros):>11s} "
-                   f"{limit_text(row.org.monthly_limit_micros):>10s}")
+                   f"{limit_text(row.org.monthly_limit_micros):>10s}{removed}")
 
 
 @admin_command("users")
@@ -100,9 +101,13 @@ def remove_org_command(name: str, purge: bool, yes: bool) -> None:
     """Remove an org (refused while it has live runs): every user removed,
     its runs and bills kept, its volumes kept on the share until --purge."""
     org = find_org(name)
-    users = remove_org(org)
-    click.echo(f"{name} removed with its {users} user{'' if users == 1 else 's'}; "
-               "its runs and bills are kept")
+    if org.removed_at is not None:
+        click.echo(f"{name} was removed on {org.removed_at:%Y-%m-%d}; nothing more to remove",
+                   err=not purge)
+    else:
+        users = remove_org(org)
+        click.echo(f"{name} removed with its {users} user{'' if users == 1 else 's'} and its "
+                   "notification channels; its runs and bills are kept")
     if not purge:
         click.echo("its volumes stay on the share: `flask remove-org NAME --purge` deletes them",
                    err=True)

@@ -182,26 +182,34 @@ def _clock(hour: str, minute: str) -> str:
 
 def describe(cron: Cron) -> str:
     """The expression in plain words: "at 03:00 every day", "every 15
-    minutes, Monday to Friday"; fields too involved for words are quoted."""
+    minutes from 09:00 to 17:45 on Monday to Friday"; fields too involved
+    for words are quoted."""
     minute, hour, day, month, weekday = cron.text.split()
+    first, _, last = hour.partition("-")
+    hour_span = first.isdigit() and last.isdigit()
+    span = (f" from {_clock(first, min(cron.minutes))} to {_clock(last, max(cron.minutes))}"
+            if hour_span else "")
     if minute.isdigit() and all(h.isdigit() for h in hour.split(",")):
         when = "at " + " and ".join(_clock(h, minute) for h in hour.split(","))
     elif minute.isdigit() and hour == "*":
         when = f"at minute {int(minute)} of every hour"
+    elif minute.isdigit() and hour_span:
+        when = f"every hour{span}"
     elif minute.isdigit() and hour.startswith("*/") and hour[2:].isdigit():
-        when = f"every {hour[2:]} hours from 00:00, at minute {int(minute)},"
-    elif minute == "*" and hour == "*":
-        when = "every minute"
-    elif minute.startswith("*/") and hour == "*":
-        when = f"every {minute[2:]} minutes"
+        when = f"every {hour[2:]} hours from {_clock('0', minute)}"
+    elif minute == "*" and (hour == "*" or hour_span):
+        when = f"every minute{span}"
+    elif minute.startswith("*/") and minute[2:].isdigit() and (hour == "*" or hour_span):
+        when = f"every {minute[2:]} minutes{span}"
     else:
-        when = f"at minute {minute} of hour {hour}"
+        when = f"at minutes {minute} of hours {hour}"
     days = []
     if day != "*":
         days.append(f"on day {day} of the month")
     if weekday != "*":
         days.append("on " + _named(weekday, DAY_NAMES, DAYS, 0))
-    when += " " + (" or ".join(days) if days else "every day")
+    if days or not when.startswith("every"):     # "every minute", not "every minute every day"
+        when += " " + (" or ".join(days) if days else "every day")
     if month != "*":
         when += " in " + _named(month, MONTH_NAMES, MONTHS, 1)
     return when

@@ -107,7 +107,11 @@ class _PinnedHTTPS(http.client.HTTPSConnection):
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
 
 
-def send_webhook(url: str, body: dict) -> None:
+def send_webhook(url: str, body: dict, delivery: str) -> None:
+    """POSTs the body, with `delivery` (the same on every attempt of one
+    message) in it and in X-Div-Delivery: delivery is at least once (a
+    sender stopped before it heard the answer sends again), and the id lets
+    a receiver drop a repeat."""
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     address = checked_address(parts.hostname, port)
@@ -119,8 +123,9 @@ def send_webhook(url: str, body: dict) -> None:
     host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
     try:
         with _deadline(parts.hostname, connection):
-            connection.request("POST", path, body=json.dumps(body).encode(), headers={
-                "Host": host, "Content-Type": "application/json", "User-Agent": "divergent"})
+            connection.request("POST", path, body=json.dumps({**body, "delivery": delivery}).encode(),
+                               headers={"Host": host, "Content-Type": "application/json",
+                                        "User-Agent": "divergent", "X-Div-Delivery": delivery})
             answer = connection.getresponse()
             answer.read(64 * 1024)
     finally:
@@ -129,9 +134,12 @@ def send_webhook(url: str, body: dict) -> None:
         raise NotDelivered(f"{parts.hostname} answered {answer.status} {answer.reason}")
 
 
-def send_email(address: str, subject: str, text: str) -> None:
+def send_email(address: str, subject: str, text: str, delivery: str) -> None:
+    """One mail; its Message-ID is the same on every attempt, so a mail
+    client shows a repeat once."""
     config = current_app.config
     mail = EmailMessage()
+    mail["Message-ID"] = f"<{delivery}@divergent>"
     mail["From"] = config["DIV_SMTP_FROM"]
     mail["To"] = address
     mail["Subject"] = subject

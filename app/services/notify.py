@@ -13,7 +13,7 @@ from app.extensions import db
 from app.models import Notification, NotifyChannel, Org, Run, Schedule, User, iso_utc
 from app.services.delivery import NotDelivered, Unresolved, checked_address
 from app.services.errors import Invalid, NotFound
-from app.services.pricing import usd_text
+from app.services.pricing import format_usd, usd_text
 
 # In the order a message names them: a run that failed and failed its checks
 # is one message, "failed".
@@ -159,7 +159,7 @@ def message(run: Run, event: str) -> tuple[str, dict]:
     origin = f" (schedule {run.schedule_name})" if run.schedule_name else ""
     text = "; ".join([f"divergent: run {run.name}{origin} {_outcome(run)}",
                       *([f"checks: {', '.join(checks)}"] if checks else []),
-                      f"cost ${usd_text(run.cost_micros)}", url])
+                      f"cost {format_usd(run.cost_micros)}", url])
     body = {"text": text, "event": event, "run": run.name, "status": run.status,
             "exit_code": run.exit_code, "schedule": run.schedule_name,
             "sweep": run.sweep.name if run.sweep_id else None,

@@ -11,7 +11,7 @@ import shutil
 import sqlalchemy as sa
 
 from app.extensions import db
-from app.models import ApiKey, Org, Run, Schedule, User, utcnow
+from app.models import ApiKey, Notification, NotifyChannel, Org, Run, Schedule, User, utcnow
 from app.services.errors import Conflict, Unavailable
 from app.services.runs import LIVE
 from app.services.volumes import org_dir, trees_dir
@@ -32,15 +32,20 @@ def remove_user(user: User) -> int:
 
 
 def remove_org(org: Org) -> int:
-    """Removes the org and its users; returns how many users it had."""
+    """Removes the org, its users and where it hears of runs (its channels
+    and their undelivered messages); returns how many users it had still."""
     live = db.session.scalar(sa.select(sa.func.count()).select_from(Run).where(
         Run.org_id == org.id, Run.status.in_(LIVE)))
     if live:
         raise Conflict(f"{org.name} has {live} live run{'s' if live > 1 else ''}: stop them "
                        "(div stop) or let them end first")
-    users = list(db.session.execute(sa.select(User).filter_by(org_id=org.id)).scalars())
+    users = list(db.session.execute(sa.select(User).filter_by(
+        org_id=org.id, removed_at=None)).scalars())
     for user in users:
         remove_user(user)
+    db.session.execute(sa.delete(Notification).where(Notification.org_id == org.id,
+                                                     Notification.status == "pending"))
+    db.session.execute(sa.delete(NotifyChannel).where(NotifyChannel.org_id == org.id))
     org.removed_at = org.removed_at or utcnow()
     db.session.commit()
     return len(users)

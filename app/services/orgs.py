@@ -107,8 +107,10 @@ def all_orgs() -> list[Org]:
 
 
 def org_summaries() -> list[OrgSummary]:
-    """Every org, by name, with its user count and this month's spend."""
+    """Every org, by name, with its users (those not removed) and this
+    month's spend."""
     counts = dict(db.session.execute(sa.select(User.org_id, sa.func.count())
+                                     .where(User.removed_at.is_(None))
                                      .group_by(User.org_id)).all())
     return [OrgSummary(org, counts.get(org.id, 0), month_spend(org)) for org in all_orgs()]
 

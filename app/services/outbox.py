@@ -40,10 +40,11 @@ def _claim(row_id: int) -> bool:
 
 def _deliver(row: Notification) -> None:
     channel = row.channel
+    delivery = f"div-{row.id}-{row.run_name}-{row.event}"
     if channel.kind == "webhook":
-        send_webhook(channel.target, row.body)
+        send_webhook(channel.target, row.body, delivery)
     else:
-        send_email(channel.target, row.text.split(";", 1)[0], row.text)
+        send_email(channel.target, row.text.split(";", 1)[0], row.text, delivery)
 
 
 def send_due() -> int:
