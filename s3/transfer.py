@@ -76,6 +76,11 @@ class Fatal(Exception):
     """The whole transfer cannot go on: one line, exit 1."""
 
 
+class Stopped(Exception):
+    """SIGTERM (div stop, Slurm's cancel): the partial files go, one line,
+    exit 143."""
+
+
 def say(line: str) -> None:
     """A line of the log. The org's S3 secrets are masked in the log by
     their bytes, which an escaped control character would change: they go
@@ -450,12 +455,24 @@ class Transfer:
 
     def close(self, aborted: bool) -> None:
         """Stops the manager; a transfer that ends early (killed, stopped, a
-        fatal error) leaves no partial file of its own behind."""
-        self.manager.shutdown(cancel=aborted)
-        for temp in list(self.partials):
-            self._forget(temp, unlink=True)
-        if self.partial is not None:
-            _remove_if_empty(self.volume.fd, PARTIAL)
+        fatal error) leaves no partial file of its own behind, whatever the
+        library does. Its own cancel is not used: s3transfer's
+        shutdown(cancel=True) raises TypeError with transfers in flight
+        (0.6 to 0.17 pass its message where an exception class goes); each
+        future is cancelled through its public cancel() instead."""
+        try:
+            if aborted:
+                for future, _ in self.in_flight:
+                    future.cancel()
+            self.manager.shutdown()
+        except Exception:  # noqa: BLE001 - ending anyway: its failure to stop is not news
+            if not aborted:
+                raise
+        finally:
+            for temp in list(self.partials):
+                self._forget(temp, unlink=True)
+            if self.partial is not None:
+                _remove_if_empty(self.volume.fd, PARTIAL)
 
 
 def _listing(client, bucket: str, prefix: str):
@@ -828,8 +845,12 @@ def _summary(job: Transfer, verb: str) -> int:
     return 1 if job.refused or job.failed else 0
 
 
+def _stop(*_) -> None:
+    raise Stopped
+
+
 def main(argv: list[str]) -> int:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, _stop)
     try:
         if len(argv) in (3, 4) and argv[0] == "import":
             return run_transfer("import", argv[1], argv[2], argv[3] if len(argv) == 4 else "")
@@ -837,6 +858,9 @@ def main(argv: list[str]) -> int:
             return run_transfer("export", argv[3], argv[1], argv[2])
         say(__doc__.split("\n\n")[1])
         return 2
+    except Stopped:
+        say("stopped: what had moved stays, whole; no partial file is left")
+        return 143
     except Fatal as exc:
         say(str(exc))
         return 1

@@ -218,3 +218,46 @@ def test_a_service_that_stops_answering_ends_the_transfer_in_one_line(tmp_path, 
                                             "0 files moved, started again"):
         transfer.fail("b", EndpointConnectionError(endpoint_url="http://127.0.0.1:9"))
     transfer.close(aborted=True)
+
+
+def test_a_stop_with_objects_in_flight_cleans_up_through_the_real_library(tmp_path, monkeypatch):
+    """s3transfer's own cancel raises TypeError with a transfer in flight;
+    close() never depends on it: the in-flight download is cancelled, the
+    partial file removed, and the stop goes on as a stop."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self):       # 100 MiB at 6.4 MB/s: in flight for 16 s
+            self.send_response(200)
+            self.send_header("Content-Length", str(100 << 20))
+            self.end_headers()
+            for _ in range(1600):
+                try:
+                    self.wfile.write(b"x" * (64 << 10))
+                except OSError:
+                    return
+                time.sleep(0.01)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "key")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_port}")
+    try:
+        transfer = program.Transfer(str(tmp_path), "bucket", "import")
+        temp = transfer.partial_file()
+        future = transfer.manager.download("bucket", "key", os.fdopen(os.dup(temp.fd), "wb"),
+                                           extra_args={})
+        transfer.submit(future, lambda exc: None)
+        time.sleep(0.5)                          # bytes are arriving
+        assert not future.done()
+        stopping = time.monotonic()
+        transfer.close(aborted=True)
+        assert time.monotonic() - stopping < 5       # at the next chunk, not the object's end
+        assert not (tmp_path / program.PARTIAL).exists()
+    finally:
+        server.shutdown()

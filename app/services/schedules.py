@@ -4,22 +4,24 @@ team's nightly evaluation needs no crontab on a laptop. The run
 is the request `div run` would send, checked when the schedule is made; its
 code is the tree uploaded then. Each firing moves `next_at` on before it
 submits, so a reconciler that dies mid-way skips a run rather than start
-two."""
+two; a firing that surely started nothing (Slurm's controller away) is
+tried again every RETRY until it starts, never later than the next time the
+schedule is due (one run for one outage)."""
 from __future__ import annotations
 
 import logging
 import secrets
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from flask import current_app
 
 from app.extensions import db
 from app.models import Org, Run, Schedule, Sweep, User, iso_utc, utcnow
 from app.services.cron import describe, parse_cron, parse_zone
-from app.services.errors import Conflict, Invalid, ServiceError
+from app.services.errors import Conflict, Invalid, ServiceError, Unavailable
 from app.services.orgs import all_named, find_named
-from app.services.runs import check_run, create_run, parse_request
+from app.services.runs import SubmitUnsure, check_run, create_run, parse_request
 from app.services.sweeps import check_sweep, create_sweep
 from slurm.jobspec import RUN_NAME
 
@@ -106,6 +108,17 @@ def _start(row: Schedule) -> Run | Sweep:
     return create_run(row.user, req, schedule_name=row.name)
 
 
+# How soon a firing that started nothing is tried again.
+RETRY = timedelta(seconds=30)
+
+
+def started_nothing(exc: ServiceError) -> bool:
+    """Slurm was away and surely took nothing (not_taken's 503); not a
+    request Slurm refused, nor one whose outcome is unknown (SubmitUnsure:
+    its run exists and the reconciler settles it)."""
+    return isinstance(exc, Unavailable) and not isinstance(exc, SubmitUnsure)
+
+
 # A pass starts at most this many of one org's due schedules, the earliest
 # due first; the rest wait for the next pass, so every org's fire on time.
 FIRED_PER_ORG = 2
@@ -136,6 +149,9 @@ def fire_due(now: datetime | None = None) -> int:
             row = db.session.get(Schedule, schedule_id)
             if isinstance(exc, ServiceError):
                 row.last_error = exc.message
+                if started_nothing(exc):
+                    row.next_at = min(row.next_at, now + RETRY)
+                    row.last_error += f"; trying again at {row.next_at:%H:%M:%S} UTC"
             else:
                 log.exception("schedule %s failed", row.name)
                 row.last_error = "the run could not be started (see the reconciler's log)"
