@@ -12,7 +12,7 @@ export FLASK_APP := wsgi.py
 
 # The server, the reconciler and their admin commands run as the service
 # user (scripts/services); the key file for the developer is copied out.
-up: $(VENV)/.installed cluster s3
+up: $(VENV)/.installed cluster s3 services.env
 	scripts/services exec $(BIN)/flask db upgrade
 	scripts/services start
 	scripts/services exec $(BIN)/flask dev-bootstrap --env-file instance/dev.env
@@ -23,9 +23,18 @@ up: $(VENV)/.installed cluster s3
 		printf %s "$${!name}" | $(BIN)/div secrets set $$name >/dev/null || exit 1; done
 	@echo "copied to .div-dev.env (mode 0600): set -a; . ./.div-dev.env; set +a"
 
+# The dev stack's own settings (scripts/services reads them): its org may
+# send webhooks to receivers on this machine, which a site never allows.
+services.env:
+	printf '%s\n' '# The dev stack'"'"'s settings (make up); scripts/services reads them.' \
+		'DIV_WEBHOOK_ALLOWED_NETWORKS=127.0.0.1/32' > $@
+	chmod 644 $@
+
 # A login node's install (README "Installing on a login node"): the venv and
-# the package, no dev cluster; the units in deploy/ run it.
-install: $(VENV)/.installed
+# the package with what runs it alone (no test tools), no dev cluster; the
+# units in deploy/ run it.
+install:
+	$(call venv_with,requirements.txt)
 	@echo "installed in $(CURDIR)/$(VENV); next: deploy/ (systemd units, nginx site, env file)"
 
 # Everything on the docs' cluster, then the core end to end on the second
@@ -93,10 +102,15 @@ test-tools:
 			$$(apt-cache show nginx-light >/dev/null 2>&1 && echo nginx-light || echo nginx) >/dev/null; \
 		rc=$$?; [ -z "$$guard" ] || rm -f /usr/sbin/policy-rc.d; exit $$rc)
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
+# The venv, with the package and what the requirements file $(1) lists.
+define venv_with
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements-dev.txt -e .
+	$(BIN)/pip install -q -r $(1) -e .
+endef
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
+	$(call venv_with,requirements-dev.txt)
 	touch $@

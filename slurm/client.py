@@ -253,6 +253,13 @@ class SlurmClient:
         node, for the SSH transport): the share must be the same path there."""
         return self._call(["test", "-d", path]).returncode == 0
 
+    def admin_level(self) -> str:
+        """Slurm's AdminLevel of the user Slurm's commands run as: None,
+        Operator or Administrator (sacctmgr)."""
+        shown = self._run(["sacctmgr", "-n", "-P", "show", "user", self.transport.user,
+                           "format=AdminLevel"]).stdout.split()
+        return shown[0] if shown else "None"
+
     def ensure_account(self, account: str, max_jobs: int | None = None) -> None:
         """A Slurm account for an org, with the user Slurm's commands run as
         (who submits) in it; at most `max_jobs` of its jobs pending or running

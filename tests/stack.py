@@ -78,6 +78,8 @@ class Stack:
         env.update(PORT=str(self.port), DIV_PID_DIR=str(self.base / "pids"),
                    DATABASE_URL=self.database_url, DIV_DATA_DIR=str(self.data_dir),
                    DIV_RECONCILE_INTERVAL="0.3", FLASK_APP="wsgi.py",
+                   # Never the dev stack's services.env (`make up`'s) in a test's stack.
+                   DIV_ENV_FILE="",
                    # Tests change partitions' MaxTime with scontrol and expect it at once.
                    DIV_PARTITION_CACHE_SECONDS="0",
                    PATH=f"{VENV_BIN}:{env.get('PATH', '')}")

@@ -139,6 +139,17 @@ def test_the_doctor_reports_a_stopped_slurmctld(stack, project, tmp_path):
     healthy = stack.flask("doctor", check=False)
     assert healthy.returncode == 0, healthy.stdout
     assert "ok  reconciler: running" in healthy.stdout
+    assert "ok  accounts: divergent makes each org's account (AdminLevel Operator)" in \
+        healthy.stdout
+    # A service user that may not make accounts, on a site that wants them made.
+    operator = ["sacctmgr", "-i", "modify", "user", "divergent", "set"]
+    subprocess.run([*operator, "AdminLevel=None"], check=True, capture_output=True)
+    try:
+        refused = stack.flask("doctor", check=False).stdout
+        assert ("BAD accounts: divergent is not a Slurm Operator (AdminLevel None), so it cannot "
+                "make each org's account") in refused, refused
+    finally:
+        subprocess.run([*operator, "AdminLevel=Operator"], check=True, capture_output=True)
     pid = int((DEV_STATE / "run/slurmctld.up.pid").read_text())
     os.kill(pid, signal.SIGTERM)
     try:
@@ -172,3 +183,34 @@ def test_the_doctor_reports_a_stopped_slurmctld(stack, project, tmp_path):
     again = stack.div("run", "--gpu", "cpu", "--no-upload", "--name", "while-ctl-down", "--",
                       "true", cwd=project)
     assert again.returncode == 0, again.stderr             # the name was never taken
+
+
+def test_an_admin_command_without_the_sites_settings_says_so_and_makes_no_database(stack):
+    missing = stack.base / "nowhere" / "divergent.db"
+    done = stack.flask("orgs", check=False, env={"DATABASE_URL": f"sqlite:///{missing}"})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == (
+        f"Error: there is no database at {missing}: are the site's settings loaded? "
+        "scripts/services reads them from services.env in the checkout (README: Installing on a "
+        "login node); a new site makes its tables with `flask db upgrade`")
+    assert not missing.exists()
+
+
+def test_admin_commands_read_the_sites_env_file_and_only_a_safe_one(stack, tmp_path):
+    """scripts/services reads the site's settings from its env file (a login
+    node links services.env to /etc/divergent/divergent.env): an admin
+    command finds the site's database without them in its environment."""
+    env_file = tmp_path / "divergent.env"
+    env_file.write_text(f"# the site's\nDATABASE_URL={stack.database_url}\n")
+    env_file.chmod(0o640)
+    env = {k: v for k, v in stack.env().items() if k != "DATABASE_URL"}
+    command = [str(ROOT / "scripts/services"), "exec", str(ROOT / ".venv/bin/flask"), "orgs"]
+    listed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                            env={**env, "DIV_ENV_FILE": str(env_file)})
+    assert listed.returncode == 0 and "\ne2e " in listed.stdout, listed.stderr
+    env_file.chmod(0o666)          # anyone could change what root acts on
+    refused = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                             env={**env, "DIV_ENV_FILE": str(env_file)})
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (f"scripts/services: {env_file} must be root's (or yours) "
+                                      "and writable by no one else")

@@ -4,10 +4,13 @@ dev machine's bootstrap. Each command is an AdminCommand, so a service's
 error reaches the admin as one line, never a traceback."""
 from __future__ import annotations
 
+import functools
+
 import click
 from flask import Flask
 from flask.cli import with_appcontext
 
+from app.services.doctor import missing_database
 from app.services.errors import Invalid, ServiceError
 
 
@@ -20,7 +23,7 @@ class ServiceErrors:
         # In the app's context however it is invoked: `flask` pushes one,
         # Flask's CLI test runner does not.
         if kwargs.get("callback") is not None:
-            kwargs["callback"] = with_appcontext(kwargs["callback"])
+            kwargs["callback"] = with_appcontext(_on_the_sites_database(kwargs["callback"]))
         super().__init__(*args, **kwargs)
         self.bad_value = bad_value
 
@@ -33,6 +36,22 @@ class ServiceErrors:
             raise click.ClickException(exc.message) from None
         except ServiceError as exc:
             raise click.ClickException(exc.message) from None
+
+
+def _on_the_sites_database(callback):
+    """An admin command runs against a database with divergent's tables, or
+    says where it looked: never a new empty SQLite file made by the asking
+    (the site's settings not loaded) and a `no such table` traceback."""
+    @functools.wraps(callback)
+    def checked(*args, **kwargs):
+        missing = missing_database()
+        if missing:
+            raise click.ClickException(
+                f"{missing}: are the site's settings loaded? scripts/services reads them from "
+                "services.env in the checkout (README: Installing on a login node); a new "
+                "site makes its tables with `flask db upgrade`")
+        return callback(*args, **kwargs)
+    return checked
 
 
 class AdminCommand(ServiceErrors, click.Command):

@@ -10,6 +10,7 @@ import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from flask import current_app
@@ -46,6 +47,17 @@ def _site(_: dict) -> str:
     path = site_file()
     where = path if os.path.exists(path) else "defaults (no site file)"
     return f"{where}: runtime {site.slurm.runtime}, Slurm on {site.transport.describe()}"
+
+
+def missing_database() -> str | None:
+    """What is wrong with the database the settings name, asked without
+    making one: a SQLite file that is not there, or no divergent tables."""
+    url = db.engine.url
+    if url.get_backend_name() == "sqlite" and url.database and not os.path.exists(url.database):
+        return f"there is no database at {url.database}"
+    if not sa.inspect(db.engine).has_table("user"):
+        return f"the database {url.render_as_string(hide_password=True)} has no divergent tables"
+    return None
 
 
 def _database(_: dict) -> str:
@@ -143,8 +155,11 @@ def _partitions(client: SlurmClient, _: dict) -> str:
 @_needs_slurm
 def _share(client: SlurmClient, _: dict) -> str:
     share = data_path("share")
+    if not os.path.isdir(data_path()):
+        raise Problem(f"{data_path()} is not there: is the share mounted (DIV_DATA_DIR)?")
     if not os.path.isdir(share):
-        raise Problem(f"{share} is not there: is the share mounted (DIV_DATA_DIR)?")
+        raise Problem(f"{data_path()} is there but has no share/ folder yet: make it as the "
+                      f"service user (`mkdir -m 0700 {share}`)")
     probe = os.path.join(share, f".doctor-{secrets.token_hex(4)}")
     try:
         with open(probe, "w") as f:
@@ -186,9 +201,31 @@ def _org_nodes(client: SlurmClient, _: dict) -> str:
     return f"exclusive: orgs never share a node (mcs/account, {config['MCSParameters']})"
 
 
+@_needs_slurm
+def _accounts(client: SlurmClient, _: dict) -> str:
+    user = client.transport.user
+    if not load_site().slurm.make_accounts:
+        return (f"orgs use accounts the site's admins made (flask org-account ORG ACCOUNT), "
+                f"each with {user} in it")
+    try:
+        level = client.admin_level()
+    except SlurmError as exc:
+        raise Problem(f"could not ask slurmdbd about {user}: {exc}") from None
+    if level not in ("Operator", "Administrator"):
+        raise Problem(f"{user} is not a Slurm Operator (AdminLevel {level}), so it cannot make "
+                      f"each org's account: `sacctmgr -i modify user {user} set "
+                      "adminlevel=Operator`, or have orgs use accounts you make "
+                      "(flask site --accounts existing, flask org-account)")
+    return f"{user} makes each org's account (AdminLevel {level})"
+
+
 def _reconciler(_: dict) -> str:
     lease = db.session.get(Lease, leases.RECONCILER)
-    if lease is None or lease.expires_at < utcnow():
+    if lease is None:
+        raise Problem("no reconciler has run yet: runs will not move or be billed until one "
+                      "does (systemctl enable --now divergent-reconciler, or scripts/services "
+                      "start)")
+    if lease.expires_at < utcnow():
         raise Problem("no reconciler is running: runs will not move or be billed; "
                       "start one with `flask reconcile` (or scripts/services start)")
     return f"running ({lease.holder})"
@@ -218,7 +255,8 @@ def _secrets_keys(_: dict) -> str:
 
 
 CHECKS = (("site settings", _site), ("database", _database), ("Slurm", _slurm),
-          ("accounting", _accounting), ("pyslurm", _pyslurm), ("partitions and GPUs", _partitions),
+          ("accounting", _accounting), ("accounts", _accounts), ("pyslurm", _pyslurm),
+          ("partitions and GPUs", _partitions),
           ("share", _share), ("run network", _run_network), ("org nodes", _org_nodes),
           ("reconciler", _reconciler), ("prices", _prices),
           ("secrets", _secrets_keys))

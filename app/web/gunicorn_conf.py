@@ -22,6 +22,13 @@ import struct
 IDLE_SECONDS = float(os.environ.get("DIV_CLIENT_IDLE_SECONDS", "60"))
 UMASK = 0o077
 
+# Workers and threads from the site's settings alone (DIV_WORKERS,
+# DIV_THREADS), so the follower and transfer slots app/config.py derives
+# from DIV_THREADS are shares of the threads the server really has. Log
+# streams hold a thread each while they follow a run: threads, not workers.
+workers = int(os.environ.get("DIV_WORKERS", "2"))
+threads = int(os.environ.get("DIV_THREADS", "128"))
+
 
 def _deadline(sock: socket.socket) -> None:
     seconds = int(IDLE_SECONDS)
