@@ -1,4 +1,4 @@
-"""`div usage`: the org's spend this month, by project and GPU type."""
+"""`div usage`: the org's spend this month, by project, GPU type and user."""
 from __future__ import annotations
 
 import re
@@ -23,7 +23,7 @@ def _month(ctx, param, value: str | None) -> str | None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_api
 def usage(api, month: str | None, as_json: bool) -> None:
-    """Show the org's spend this month by project and GPU type, and its limit."""
+    """Show the org's spend this month by project, GPU type and user, and its limit."""
     report = api.get("/usage", {"month": month} if month else None)
     if as_json:
         return print_json(report)
@@ -37,3 +37,6 @@ def usage(api, month: str | None, as_json: bool) -> None:
         click.echo()
         table(["GPU", "RUNS", "COST"],
               [[g["gpu"], str(g["runs"]), dollars(g["cost"])] for g in report["gpus"]])
+        click.echo()
+        table(["USER", "RUNS", "COST"],
+              [[u["user"], str(u["runs"]), dollars(u["cost"])] for u in report.get("users", [])])

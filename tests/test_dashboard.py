@@ -486,3 +486,84 @@ def test_site_admins_make_orgs_and_users_and_set_limits_and_prices(app, tmp_path
     bad_user = client.post("/admin/users", data={"username": "<b>", "org": "vision-lab",
                                                  "role": "member", "csrf_token": token})
     assert bad_user.status_code == 400
+
+
+def test_the_runs_list_searches_names_and_filters_by_user(app):
+    with app.app_context():
+        org = get_or_create_org("acme")
+        carol = get_or_create_user(org, "carol")
+        run = db.session.execute(db.select(Run).filter_by(name="alice-007")).scalar_one()
+        run.user_id = carol.id
+        db.session.commit()
+    client = app.test_client()
+    sign_in(client)
+    named = client.get("/?q=-05").get_data(as_text=True)
+    assert set(re.findall(r'href="/runs/([\w-]+)"', named)) == {f"alice-05{i}" for i in range(10)}
+    # % and _ are letters to the search, never SQL's wildcards.
+    assert "No runs match these filters" in client.get("/?q=%25").get_data(as_text=True)
+    by_carol = client.get("/?user=carol").get_data(as_text=True)
+    assert re.findall(r'href="/runs/([\w-]+)"', by_carol) == ["alice-007"]
+    assert '<option selected>carol</option>' in by_carol
+    assert client.get("/?user=bob").status_code == 404        # another org's user
+
+
+def test_a_sweep_page_sorts_by_any_column_and_charts_its_first_metric(app):
+    from app.models import Sweep
+    with app.app_context():
+        org = get_or_create_org("acme")
+        sweep = Sweep(org_id=org.id, user_id=get_or_create_user(org, "alice").id,
+                      name="sweep-ab12", size=4, axes={"LR": ["1", "2", "3", "4"]})
+        db.session.add(sweep)
+        db.session.flush()
+        for i, (status, accuracy) in enumerate([("succeeded", 0.7999999999999999),
+                                                ("failed", None), ("succeeded", 0.91),
+                                                ("succeeded", 0.85)]):
+            run = db.session.execute(db.select(Run).filter_by(name=f"alice-00{i}")).scalar_one()
+            run.sweep_id, run.sweep_index, run.sweep_values = sweep.id, i, {"LR": str(i + 1)}
+            run.status, run.metrics = status, {"accuracy": accuracy} if accuracy else {}
+        db.session.commit()
+    client = app.test_client()
+    sign_in(client)
+    page = client.get("/sweeps/sweep-ab12").get_data(as_text=True)
+    assert "3 of 4 succeeded" in page and "sweep-ab12 failed" not in page
+    assert '<span title="0.7999999999999999">0.8</span>' in page
+    by_accuracy = client.get("/sweeps/sweep-ab12?sort=metric:accuracy&desc=1").get_data(as_text=True)
+    order = re.findall(r'href="/runs/(alice-00\d)"', by_accuracy)
+    assert order == ["alice-002", "alice-003", "alice-000", "alice-001"]   # no value: last
+    assert 'aria-sort="descending"' in by_accuracy
+    charts = json.loads(re.search(r'id="chart-data">(.*?)</script>', page, re.S).group(1))
+    assert charts[0]["data"] == [[0, 2, 3], [0.7999999999999999, 0.91, 0.85]]
+    listed = client.get("/sweeps").get_data(as_text=True)
+    assert 'href="/sweeps/sweep-ab12"' in listed and "3 of 4 succeeded" in listed
+
+
+def test_a_run_page_lists_its_metrics_the_cli_command_and_downloads_its_log(app):
+    from app.services.secrets import seal
+    with app.app_context():
+        run = db.session.execute(db.select(Run).filter_by(name="alice-008")).scalar_one()
+        run.metrics, run.metrics_points = {"loss": 0.12345678, "step": 99}, 100
+        run.secret_names = ["TOKEN"]
+        run.secrets_sealed = seal(json.dumps({"TOKEN": "s3cr3t-value"}))
+        db.session.commit()
+    # More than one read's worth, a secret across the read boundary.
+    stdout = b"x" * ((1 << 20) - 5) + b"s3cr3t-value and more\n"
+    write_log(app, "alice-008", stdout, b"err\n")
+    client = app.test_client()
+    sign_in(client)
+    page = client.get("/runs/alice-008").get_data(as_text=True)
+    assert '<th>loss</th><td class="num"><span title="0.12345678">0.123457</span></td>' in page
+    assert ("div run --gpu cpu --memory 8G --project acme-proj --image img --env LR=3e-4 "
+            "--secret TOKEN --check exit_code==0 --no-upload -- true") in page
+    download = client.get("/runs/alice-008/stdout.txt")
+    assert download.status_code == 200 and "attachment" in download.headers["Content-Disposition"]
+    assert download.data == b"x" * ((1 << 20) - 5) + b"*** and more\n"
+    assert client.get("/runs/bob-000/stdout.txt").status_code == 404     # another org's
+
+
+def test_the_spend_page_breaks_the_month_down_by_user(app):
+    client = app.test_client()
+    sign_in(client)
+    page = client.get("/spend?month=2026-11").get_data(as_text=True)
+    by_user = re.search(r'<table class="by-user">(.*?)</table>', page, re.S).group(1)
+    assert ('<td><a href="/?user=alice">alice</a></td><td>60</td><td><span class="money" '
+            'title="$4.80">$4.80</span></td>') in by_user and "bob" not in by_user

@@ -23,4 +23,6 @@ def usage():
         projects=[{"project": p["project"], "cost": _dollars(p["cost_micros"]), "runs": p["runs"]}
                   for p in report["projects"]],
         gpus=[{"gpu": r["gpu"], "cost": _dollars(r["cost_micros"]), "runs": r["runs"]}
-              for r in report["gpus"]])
+              for r in report["gpus"]],
+        users=[{"user": r["user"], "cost": _dollars(r["cost_micros"]), "runs": r["runs"]}
+               for r in report["users"]])

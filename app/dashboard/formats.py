@@ -28,6 +28,8 @@ def when_filter(moment: datetime | float | None) -> Markup:
     """2026-12-01 05:41 UTC, the whole moment on hover."""
     if moment is None:
         return Markup("-")
+    if isinstance(moment, str):          # the API's ISO 8601 (a sweep's created_at)
+        moment = datetime.fromisoformat(moment.replace("Z", "+00:00"))
     if not isinstance(moment, datetime):
         try:
             moment = datetime.fromtimestamp(moment, UTC)
@@ -48,6 +50,15 @@ def money_filter(micros: int | str | None) -> Markup:
         micros = to_micros(micros)
     return Markup('<span class="money" title="${}">{}</span>').format(
         usd_text(micros), format_usd(micros))
+
+
+@bp.app_template_filter("number")
+def number_filter(value) -> Markup:
+    """A metric as a reader wants it: 0.8, not 0.7999999999999999 (six
+    significant digits), the exact value on hover; text as it is."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return escape(str(value))
+    return Markup('<span title="{}">{}</span>').format(repr(value), f"{value:.6g}")
 
 
 @bp.app_template_filter("size")

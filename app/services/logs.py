@@ -248,6 +248,30 @@ def _read_range(path: str, start: int, end: int) -> bytes:
         return f.read(end - start)
 
 
+def masked_stream(org: Org, run: Run, stream: str, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """One stream of the run's log as it is now, whole, its secrets masked:
+    read a chunk at a time (a log of gigabytes is never in memory), a tail
+    that may start a secret carried into the next."""
+    path, masker = os.path.join(run_dir(org, run.name), stream), log_masker(run)
+
+    def chunks() -> Iterator[bytes]:
+        held = b""
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:
+            return
+        with f:
+            while True:
+                data = f.read(chunk)
+                shown, used = masker.mask(held + data, final=not data)
+                held = (held + data)[used:]
+                if shown:
+                    yield shown
+                if not data:
+                    return
+    return chunks()
+
+
 def log_since(org: Org, run: Run, offsets: dict[str, int]):
     """What each stream gained since `offsets`, as text, and the new offsets;
     once the run has ended, to the files' ends."""

@@ -2,12 +2,15 @@
 hardware, the header line before its log and the last line after it."""
 from __future__ import annotations
 
+import shlex
+
 from app.extensions import db
 from app.models import Run
 from app.services.catalog import gpu_type
 from app.services.checks import summary as checks_summary
-from app.services.pricing import format_minutes, format_usd
+from app.services.pricing import format_minutes, format_usd, usd_text
 from app.services.submissions import NOT_SUBMITTED
+from slurm.jobspec import DEFAULT_IMAGE
 from slurm.reasons import explain_pending
 
 
@@ -33,6 +36,35 @@ def hardware(run: Run) -> str:
     if run.memory_gib > run.gpus * included.memory_gib:
         text += f", {run.memory_gib} GiB"
     return text
+
+
+def cli_command(run: Run) -> str:
+    """`div run` with the flags that ask for this run again from the folder
+    it came from (its code as the folder is then; `div rerun NAME` runs the
+    same stored code)."""
+    included = gpu_type(run.gpu_type)
+    words = ["div", "run", "--gpu", run.gpu_type]
+    if run.gpus != 1:
+        words += ["--gpus", str(run.gpus)]
+    if run.cpus != run.gpus * included.cores:
+        words += ["--cpu", str(run.cpus)]
+    if run.memory_gib != run.gpus * included.memory_gib:
+        words += ["--memory", f"{run.memory_gib}G"]
+    words += ["--project", run.project.name]
+    if run.image != DEFAULT_IMAGE:
+        words += ["--image", run.image]
+    for key, value in (run.env or {}).items():
+        if key not in (run.sweep_values or {}):
+            words += ["--env", f"{key}={value}"]
+    for name in run.secret_names or []:
+        words += ["--secret", name]
+    for check in run.checks or []:
+        words += ["--check", check["check"]]
+    if run.max_spend_micros:
+        words += ["--max-spend", usd_text(run.max_spend_micros)]
+    if run.code_ref is None:
+        words.append("--no-upload")
+    return shlex.join(words) + " -- " + shlex.quote(run.command)
 
 
 def header_line(run: Run) -> str:

@@ -280,9 +280,11 @@ def sweep_json(sweep: Sweep, runs: list[Run] | None = None) -> dict:
                               if run.slurm_job_id), None),
         "schedule": sweep.schedule_name,
         "created_at": iso_utc(sweep.created_at),
+        # Ended: succeeded (every member), failed (none), partial (some).
         "status": ("queued" if all(run.status == "queued" for run in runs) else
                    "running" if len(ended) < len(runs) else
-                   "succeeded" if first_failing is None else "failed"),
+                   "succeeded" if first_failing is None else
+                   "failed" if not any(run.status == "succeeded" for run in runs) else "partial"),
         "ended": len(ended), "succeeded": sum(run.status == "succeeded" for run in runs),
         "passed_checks": len(passed), "with_checks": sum(bool(run.checks) for run in runs),
         "cost": usd_text(sum(run.cost_micros or 0 for run in runs)),

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 
 from app.extensions import db
-from app.models import LIVE, Org, Project, Run, utcnow
+from app.models import LIVE, Org, Project, Run, User, utcnow
 from app.services.errors import Invalid, ServiceError
 from app.services.pricing import format_usd
 
@@ -57,12 +57,17 @@ def usage_report(org: Org, month: str | None = None) -> dict:
     by_gpu = db.session.execute(
         sa.select(Run.gpu_type, sa.func.sum(Run.cost_micros), sa.func.count())
         .where(where).group_by(Run.gpu_type).order_by(Run.gpu_type)).all()
+    by_user = db.session.execute(
+        sa.select(User.username, sa.func.sum(Run.cost_micros), sa.func.count())
+        .join(User, User.id == Run.user_id).where(where)
+        .group_by(User.username).order_by(User.username)).all()
     spent = sum(int(row[1]) for row in by_project)
     limit = org.monthly_limit_micros
     return {"month": label, "spent_micros": spent, "limit_micros": limit,
             "left_micros": None if limit is None else max(0, limit - spent),
             "projects": [{"project": p, "cost_micros": int(c), "runs": n} for p, c, n in by_project],
-            "gpus": [{"gpu": g, "cost_micros": int(c), "runs": n} for g, c, n in by_gpu]}
+            "gpus": [{"gpu": g, "cost_micros": int(c), "runs": n} for g, c, n in by_gpu],
+            "users": [{"user": u, "cost_micros": int(c), "runs": n} for u, c, n in by_user]}
 
 
 def reserved(org: Org) -> int:

@@ -46,3 +46,17 @@ function localTimes(root) {
 }
 document.addEventListener("DOMContentLoaded", () => localTimes(document));
 document.addEventListener("htmx:load", (event) => localTimes(event.target));
+
+// Copy buttons (hidden without JavaScript, where the text is selectable):
+// the text of the element their data-copy names, to the clipboard.
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("button.copy[data-copy]").forEach((button) => {
+    button.hidden = !navigator.clipboard;
+    button.addEventListener("click", async () => {
+      const source = document.getElementById(button.dataset.copy);
+      await navigator.clipboard.writeText(source.textContent);
+      button.textContent = "Copied";
+      setTimeout(() => { button.textContent = "Copy"; }, 1500);
+    });
+  });
+});

@@ -5,6 +5,25 @@
   if (!root || !window.uPlot) return;
   const palette = ["#3451b2", "#c62828", "#1a7f37", "#9a6700", "#6639ba", "#0a7ea4"];
   const plots = [];
+  // Tick labels with the digits the spacing needs: uPlot's own keep three
+  // decimals, so a learning rate of 3e-4 sat between ticks "0.001, 0, 0".
+  function tickText(value, incr) {
+    if (value === 0) return "0";
+    if (incr < 1e-3 || Math.abs(value) >= 1e7) {
+      const digits = Math.floor(Math.log10(Math.abs(value))) - Math.floor(Math.log10(incr));
+      return value.toExponential(Math.min(6, Math.max(0, digits)));
+    }
+    return value.toFixed(Math.max(0, Math.min(6, -Math.floor(Math.log10(incr) + 1e-9))));
+  }
+  // The y axis's labels, also as the figure's aria-label: a canvas says
+  // nothing to a screen reader.
+  function yTicks(figure, title) {
+    return (u, splits, axis, space, incr) => {
+      const labels = splits.map((v) => (v == null ? "" : tickText(v, incr)));
+      figure.setAttribute("aria-label", `${title}; y axis: ${labels.join(", ")}`);
+      return labels;
+    };
+  }
   function draw(charts) {
     charts.forEach((chart, i) => {
       const figure = root.querySelector(`figure[data-index="${i}"]`);
@@ -19,7 +38,8 @@
         xAxis.incrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 1e6];
       }
       plots[i] = new uPlot({ width: Math.min(root.clientWidth, 1000), height: 260, series,
-                             axes: [xAxis, { label: chart.metrics.join(", "), size: 60 }],
+                             axes: [xAxis, { label: chart.metrics.join(", "), size: 70,
+                                             values: yTicks(figure, chart.title) }],
                              scales: { x: { time: false } } }, chart.data, figure);
     });
   }
