@@ -129,7 +129,7 @@ def test_a_site_admin_sees_the_cluster(stack, project, browser):
 
 
 PAGES = ("/", "/runs/{run}", "/runs/{run}/telemetry", "/volumes", "/spend", "/schedules",
-         "/settings", "/cluster", "/admin")
+         "/sweeps", "/settings", "/cluster", "/admin")
 
 
 @pytest.mark.parametrize("width", [1400, 390])
@@ -165,6 +165,22 @@ def test_every_page_fits_the_screen_and_shows_local_times(stack, project, browse
         assert page.locator("header.top").bounding_box()["height"] < 130, path
     assert missing == []
 
+    # The runs list uses the screen: no sideways swipe to reach the cost,
+    # no status clipped, and at 1400 px most of the width, Hardware unwrapped.
+    page.goto(stack.url + "/")
+    table = page.locator("#runs-table")
+    assert page.evaluate("(() => { const t = document.getElementById('runs-table');"
+                         " return t.scrollWidth <= t.clientWidth; })()")
+    first_cost = page.locator("table.runs tbody tr").first.locator("td.num")
+    assert first_cost.bounding_box()["x"] + first_cost.bounding_box()["width"] <= width
+    assert page.evaluate("[...document.querySelectorAll('table.runs .status')].every("
+                         "s => s.scrollWidth <= s.clientWidth + 1)")
+    if width == 1400:
+        assert table.bounding_box()["width"] > 1200
+        hw = page.locator("table.runs td.hw").first
+        assert hw.evaluate("td => td.getClientRects().length === 1 && "
+                           "td.clientHeight < 2 * parseFloat(getComputedStyle(td).lineHeight)")
+
     # The run's page: its start in Berlin time (UTC+1 in December), exact on hover.
     page.goto(f"{stack.url}/runs/layout-{width}")
     started = page.locator("dt:text-is('Started') + dd time")
@@ -172,4 +188,45 @@ def test_every_page_fits_the_screen_and_shows_local_times(stack, project, browse
     expect(started).to_have_text(re.compile(rf" {(hour + 1) % 24:02d}:{started_utc[14:16]}$"))
     assert "Europe/Berlin" in started.get_attribute("title")
     assert started.get_attribute("datetime") == started_utc.split(".")[0].removesuffix("Z") + "Z"
+    context.close()
+
+
+def test_small_metrics_get_their_digits_a_run_reruns_and_its_command_copies(stack, project,
+                                                                             browser):
+    """A learning rate of 3e-4 and below is drawn between ticks that say so
+    (uPlot's own said "0.001, 0, 0, 0"); Rerun makes a new run of the same;
+    the CLI command is there to copy."""
+    stack.flask("set-password", "e2e-user", "--password", PASSWORD)
+    (project / "lr.py").write_text(
+        "import json, os\n"
+        "with open(os.environ['DIV_METRICS'], 'a') as f:\n"
+        "    for step in range(20):\n"
+        "        f.write(json.dumps({'step': step, 'lr': 3e-4 * (1 - step / 40)}) + '\\n')\n")
+    done = stack.div("run", "--gpu", "cpu", "--name", "small-lr", "lr.py", cwd=project)
+    assert done.returncode == 0, done.stderr
+
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page = context.new_page()
+    page.goto(f"{stack.url}/login?next=/runs/small-lr/telemetry")
+    page.fill("input[name=username]", "e2e-user")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    figure = page.locator("figure.chart").first
+    expect(figure).to_have_attribute("aria-label", re.compile(r"^lr; y axis: "))
+    ticks = figure.get_attribute("aria-label").split("y axis: ")[1].split(", ")
+    values = [float(t) for t in ticks if t]
+    assert len(values) >= 3 and len(set(ticks)) == len(ticks), ticks
+    assert all(1e-4 < v < 4e-4 for v in values), ticks
+
+    page.goto(f"{stack.url}/runs/small-lr")
+    expect(page.locator("table.metrics")).to_contain_text("lr")
+    page.click("button.copy")
+    copied = page.evaluate("navigator.clipboard.readText()")
+    assert copied.startswith("div run --gpu cpu ") and copied.endswith("-- 'python -u lr.py'")
+    page.click("text=Rerun")
+    expect(page.locator(".flash")).to_contain_text("runs what small-lr ran")
+    again = page.locator("h1").inner_text().split()[0]
+    assert again != "small-lr"
+    assert stack.wait_for_status(again, "succeeded", timeout=60)["command"] == "python -u lr.py"
     context.close()
