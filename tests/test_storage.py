@@ -321,3 +321,20 @@ def test_progress_on_a_terminal_only(stack, project):
                             frame) for frame in frames), frames
     piped = stack.div("storage", "put", "bulk-pipe", "./bulk", cwd=project)
     assert piped.stderr.decode() == "8 files, 64.0 MB → bulk-pipe/bulk\n"
+
+
+def test_div_runs_upload_line_is_gone_once_the_upload_is_done(stack, project):
+    """On a terminal, `uploading N files` is rewritten in place and cleared;
+    the line that says what was uploaded stays."""
+    import pty
+    (project / "big.bin").write_bytes(os.urandom(3_000_000))
+    (project / "a.py").write_text("print(1)\n")
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([str(VENV_BIN / "div"), "run", "--gpu", "cpu", "-d", "a.py"],
+                            cwd=project, env=stack.div_env(), stderr=terminal,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    os.close(terminal)
+    seen = read_terminal(controller)
+    assert proc.wait() == 0, seen
+    assert re.search(rb"\r\x1b\[Kuploading 2 files, 3\.0 MB\r\x1b\[K2 files, 3\.0 MB \xe2\x86\x92 ",
+                     seen), seen

@@ -123,3 +123,14 @@ def test_a_schedule_due_while_slurm_is_away_starts_once_it_is_back(stack, projec
             if r["schedule"] == "through-outage"]
     assert len(runs) == 1 and row["next_at"].endswith("T03:00:00Z"), (runs, row)
     assert stack.div("schedule", "rm", "through-outage", cwd=project).returncode == 0
+
+
+def test_small_words_a_cron_user_meets(stack, project):
+    """No schedules says so (not a bare header); a month that is not one is a
+    bad flag, exit 2, before the API is asked."""
+    stack.add_org("no-schedules")
+    listed = stack.div("schedule", "ls", cwd=project, org="no-schedules")
+    assert listed.returncode == 0 and listed.stdout == b""
+    assert listed.stderr.decode().startswith("no schedules yet: make one with div schedule create")
+    bad = stack.div("usage", "--month", "2027-13", cwd=project)
+    assert bad.returncode == 2 and "'2027-13': use YYYY-MM" in bad.stderr.decode()
