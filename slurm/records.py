@@ -71,7 +71,10 @@ def parse_squeue(output: str) -> dict[str, JobRecord]:
         # squeue names a request's kind: "gres:gpu:h100:1"; sinfo does not.
         per_node = parse_gres(_GRES_KIND.sub(r"\1", gres))
         count = int(node_count) if node_count.isdigit() else 1
-        records[job_id] = JobRecord(job_id, state, plain_reason(reason), start=_epoch(start),
+        # Without a node it never started: the start squeue shows for it is
+        # Slurm's estimate (and stays on a job canceled while it waited).
+        records[job_id] = JobRecord(job_id, state, plain_reason(reason),
+                                    start=_epoch(start) if nodes else None,
                                     nodes=nodes, name=name,
                                     gpus={kind: n * count for kind, n in per_node.items()})
     return records

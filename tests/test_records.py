@@ -89,6 +89,8 @@ def test_a_job_canceled_before_it_got_a_node_is_final_in_squeue_alone():
                         "91|CANCELLED|None|1200||div-run||1\n")
     assert live["90_3"].finished
     assert not live["90_4"].finished and not live["91"].finished
+    # Its start is Slurm's estimate, never a start to bill from.
+    assert live["90_3"].start is None and live["90_4"].start == 1000
 
 
 def test_a_requeued_job_is_one_record_with_every_attempt_s_seconds():

@@ -91,6 +91,11 @@ def test_a_waiting_member_stopped_ends_canceled_and_costs_nothing(stack, project
     subprocess.run(["scancel", sweep["slurm_job_id"]], check=True)
     wait_for(lambda: all(run["status"] == "canceled" for run in stack.api(
         "GET", f"/sweeps/{sweep['name']}").json()["sweep"]["runs"]), timeout=20)
+    # Those that never got a node never started and cost nothing (squeue's
+    # estimated start for them is no start).
+    never = [run for run in stack.api("GET", f"/sweeps/{sweep['name']}").json()["sweep"]["runs"]
+             if run["sweep_index"] == 4]
+    assert [(run["started_at"], run["cost"]) for run in never] == [(None, "0.00")]
 
 
 def test_a_schedule_carries_a_sweep(stack, project):
