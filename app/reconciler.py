@@ -169,7 +169,9 @@ def stop_orgs_at_their_limit(live: list[Run], orgs: dict[int, Org]) -> None:
 
 
 def _end_at_paid_minute(run: Run) -> None:
-    if run.started_at is None:
+    # Queued, it has paid nothing; restarted after a node failure, Slurm's
+    # TimeLimit counts this attempt alone: ended now, not minutes late.
+    if run.started_at is None or run.restarts:
         slurm_client().cancel(run.slurm_job_id)
         return
     paid = max(1, -(-(run.elapsed_seconds or 0) // 60))

@@ -76,9 +76,10 @@ class Fatal(Exception):
     """The whole transfer cannot go on: one line, exit 1."""
 
 
-class Stopped(Exception):
+class Stopped(BaseException):
     """SIGTERM (div stop, Slurm's cancel): the partial files go, one line,
-    exit 143."""
+    exit 143. Not an Exception: it must pass through the handlers that
+    make one object's failure a line and go on."""
 
 
 def say(line: str) -> None:
@@ -417,7 +418,8 @@ class Transfer:
         name = f"{os.environ.get('SLURM_JOB_ID', os.getpid())}-{secrets.token_hex(6)}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            fd = os.open(name, flags, 0o644, dir_fd=self.partial)
+            fd = os.open(name, flags, 0o644,
+                         dir_fd=self.partial if self.partial is not None else self.open_partial())
         except FileNotFoundError:           # removed by a transfer that ended
             fd = os.open(name, flags, 0o644, dir_fd=self.open_partial())
         fcntl.flock(fd, fcntl.LOCK_EX)      # while this process lives (_sweep_partials)
@@ -438,11 +440,17 @@ class Transfer:
         window is full, so a million objects never sit in memory at once."""
         self.in_flight.append((future, finish))
         while len(self.in_flight) >= OBJECTS_IN_FLIGHT:
-            self._settle(*self.in_flight.popleft())
+            self._settle_oldest()
 
     def drain(self) -> None:
         while self.in_flight:
-            self._settle(*self.in_flight.popleft())
+            self._settle_oldest()
+
+    def _settle_oldest(self) -> None:
+        """Waits for the oldest object, kept in in_flight meanwhile, so a
+        stop while it moves cancels it too (close)."""
+        self._settle(*self.in_flight[0])
+        self.in_flight.popleft()
 
     @staticmethod
     def _settle(future, finish) -> None:

@@ -338,3 +338,18 @@ def test_div_runs_upload_line_is_gone_once_the_upload_is_done(stack, project):
     assert proc.wait() == 0, seen
     assert re.search(rb"\r\x1b\[Kuploading 2 files, 3\.0 MB\r\x1b\[K2 files, 3\.0 MB \xe2\x86\x92 ",
                      seen), seen
+
+
+def test_downloads_give_their_transfer_slot_back(stack, project, tmp_path):
+    """A file download holds one of the org's transfer slots while it is
+    sent, and gives it back once sent: far more downloads one after another
+    than the org has slots all succeed (send_file's body never closed the
+    response, so each kept its slot until the server restarted)."""
+    (tmp_path / "one.txt").write_bytes(b"once")
+    assert stack.div("storage", "put", "slots-back", "one.txt", cwd=tmp_path).returncode == 0
+    answers = [stack.api("GET", "/volumes/slots-back/files", params={"path": "one.txt"})
+               for _ in range(60)]
+    assert [(a.status_code, a.content) for a in answers] == [(200, b"once")] * 60
+    ranged = stack.api("GET", "/volumes/slots-back/files", params={"path": "one.txt"},
+                       headers={"Range": "bytes=1-"})
+    assert (ranged.status_code, ranged.content) == (206, b"nce")

@@ -8,6 +8,7 @@ import fcntl
 import hashlib
 import os
 import shlex
+import signal
 import time
 
 import pytest
@@ -249,15 +250,24 @@ def test_a_stop_with_objects_in_flight_cleans_up_through_the_real_library(tmp_pa
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_port}")
     try:
         transfer = program.Transfer(str(tmp_path), "bucket", "import")
+        transfer.open_partial()
         temp = transfer.partial_file()
+        assert (tmp_path / program.PARTIAL / temp.name).exists()
         future = transfer.manager.download("bucket", "key", os.fdopen(os.dup(temp.fd), "wb"),
                                            extra_args={})
         transfer.submit(future, lambda exc: None)
-        time.sleep(0.5)                          # bytes are arriving
+        # SIGTERM while the program waits for the object, as `div stop` sends it.
+        previous = signal.signal(signal.SIGTERM, program._stop)
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        try:
+            with pytest.raises(program.Stopped):       # never swallowed as one object's failure
+                transfer.drain()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         assert not future.done()
         stopping = time.monotonic()
         transfer.close(aborted=True)
-        assert time.monotonic() - stopping < 5       # at the next chunk, not the object's end
+        assert time.monotonic() - stopping < 10      # at the next chunk, not the object's end (16 s)
         assert not (tmp_path / program.PARTIAL).exists()
     finally:
         server.shutdown()

@@ -56,8 +56,8 @@ def money_filter(micros: int | str | None) -> Markup:
 def number_filter(value) -> Markup:
     """A metric as a reader wants it: 0.8, not 0.7999999999999999 (six
     significant digits), the exact value on hover; text as it is."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return escape(str(value))
+    if isinstance(value, bool) or not isinstance(value, float):
+        return escape(str(value))             # whole numbers (a step) as they are
     return Markup('<span title="{}">{}</span>').format(repr(value), f"{value:.6g}")
 
 

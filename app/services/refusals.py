@@ -12,11 +12,11 @@ from app.services.errors import Refused, ServiceError, Unavailable
 from app.services.slurm_access import slurm_client, slurm_site
 from slurm.client import SlurmError, SubmitRefused
 
-# What Slurm says when a job asks for more than the nodes it finds.
+# What Slurm says when a job asks for more nodes than it finds (and, for
+# the second, when nodes are not back yet). Too many cores or too much
+# memory for any node is the request's alone, and stays in Slurm's words.
 SIZE_REFUSALS = ("Node count specification invalid",
-                 "Requested node configuration is not available",
-                 "More processors requested than permitted",
-                 "Memory required by task is not available")
+                 "Requested node configuration is not available")
 RETRY = "nothing was started, try again in a minute"
 
 

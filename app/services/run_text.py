@@ -53,9 +53,10 @@ def cli_command(run: Run) -> str:
     words += ["--project", run.project.name]
     if run.image != DEFAULT_IMAGE:
         words += ["--image", run.image]
-    for key, value in (run.env or {}).items():
-        if key not in (run.sweep_values or {}):
-            words += ["--env", f"{key}={value}"]
+    for key, value in (run.env or {}).items():      # a sweep member's values included
+        words += ["--env", f"{key}={value}"]
+    for mount in run.mounts or []:
+        words += ["--mount", f"{mount['url']}:{mount['path']}"]
     for name in run.secret_names or []:
         words += ["--secret", name]
     for check in run.checks or []:

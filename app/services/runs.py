@@ -337,9 +337,14 @@ def request_notes(req: RunRequest) -> list[str]:
     return []
 
 
-def image_used() -> bool:
-    """Whether this site runs a run in its image (the run's JSON says so)."""
-    return slurm_site().runtime != "none"
+def image_used() -> bool | None:
+    """Whether this site runs a run in its image (the run's JSON says so);
+    None while the site's settings are broken: showing a run never
+    depends on them."""
+    try:
+        return slurm_site().runtime != "none"
+    except ServiceError:
+        return None
 
 
 def check_run(user: User, req: RunRequest) -> None:

@@ -3,9 +3,10 @@ a slot of their kind (app/services/request_slots.py) for the signed-in
 user's org, given back once the response has been sent (or given up)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import wraps
 
-from flask import g, make_response
+from flask import Response, g, make_response
 
 from app.services.request_slots import Kind, take_slot
 
@@ -20,7 +21,29 @@ def holding_slot(kind: Kind):
             except BaseException:
                 give_back()
                 raise
-            response.call_on_close(give_back)
+            when_sent(response, give_back)
             return response
         return wrapper
     return decorate
+
+
+def when_sent(response: Response, callback: Callable[[], None]) -> None:
+    """`callback` once the server is done with the response. Werkzeug hands
+    a direct_passthrough response's body (send_file's file wrapper) to the
+    server as it is, so Response.close, and with it call_on_close, never
+    runs for it: every file download would keep its slot for good. The
+    server closes that body, so the callback rides on its close (gunicorn
+    still sends the file with sendfile); `callback` must be idempotent."""
+    response.call_on_close(callback)
+    body = response.response
+    if not response.direct_passthrough or isinstance(body, (list, tuple, bytes, str)):
+        return
+    close = getattr(body, "close", None)
+
+    def closed() -> None:
+        try:
+            if close is not None:
+                close()
+        finally:
+            callback()
+    body.close = closed
