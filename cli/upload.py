@@ -17,7 +17,7 @@ import click
 
 from cli.api import ApiClient
 from cli.follow import WaitingLine
-from cli.output import shown
+from cli.output import count, shown
 from cli.units import format_bytes
 
 MAX_FILE_BYTES = 256 * 1000 * 1000
@@ -170,7 +170,7 @@ def upload(api: ApiClient, volume: str, files: list[LocalFile]) -> dict:
     total = sum(f.size for f in missing)
     # On a terminal, while it lasts: the line after it says what was uploaded.
     line = WaitingLine(sys.stderr.isatty())
-    line.show(f"uploading {len(missing)} files, {format_bytes(total)}")
+    line.show(f"uploading {count(len(missing), 'file')}, {format_bytes(total)}")
     try:
         with ThreadPoolExecutor(PARALLEL) as pool:
             list(pool.map(lambda f: api.put_file(f"/code/blobs/{f.sha256}", f.disk_path, f.size),

@@ -58,12 +58,12 @@ def test_the_guides_walk_through(stack, project, tmp_path):
     by_name = {v["name"]: v for v in json.loads(volumes.stdout)}
     assert by_name["training-data"]["files"] == 2 and by_name["checkpoints"]["files"] == 2
     # The table: data volumes first, the code uploads' volume after, each said.
-    rows = [line.split() for line in stack.div("storage", "ls", cwd=project).stdout.decode()
-            .splitlines()[1:]]
-    holds = [row[-1] if row[-1] == "data" else " ".join(row[-2:]) for row in rows]
-    assert holds == sorted(holds, key=lambda kind: kind != "data")
-    assert dict(zip([row[0] for row in rows], holds, strict=True))[
-        "very-cool-classifier-code"] == "code (div run)"
+    rows = stack.div("storage", "ls", cwd=project).stdout.decode().splitlines()[1:]
+    holds = ["data" if row.endswith("  data") else row.rsplit("  ", 1)[1] for row in rows]
+    assert set(holds) == {"data", "code (div run)"}, rows
+    assert holds == sorted(holds, key=lambda kind: kind != "data"), rows
+    assert next(row for row in rows if row.startswith("very-cool-classifier-code ")).endswith(
+        "  code (div run)")
 
 
 def test_a_single_file_lands_under_its_name_and_get_skips_what_is_complete(stack, project, tmp_path):
@@ -336,8 +336,9 @@ def test_div_runs_upload_line_is_gone_once_the_upload_is_done(stack, project):
     os.close(terminal)
     seen = read_terminal(controller)
     assert proc.wait() == 0, seen
-    assert re.search(rb"\r\x1b\[Kuploading 2 files, 3\.0 MB\r\x1b\[K2 files, 3\.0 MB \xe2\x86\x92 ",
-                     seen), seen
+    # a.py's bytes may be on the server already: only what is missing moves.
+    assert re.search(rb"\r\x1b\[Kuploading [12] files?, 3\.0 MB\r\x1b\[K2 files, 3\.0 MB "
+                     rb"\xe2\x86\x92 ", seen), seen
 
 
 def test_downloads_give_their_transfer_slot_back(stack, project, tmp_path):

@@ -93,12 +93,11 @@ def site_behind_nginx(slurm_cluster, tmp_path_factory):
 def test_the_dashboard_signs_in_through_nginx_on_any_port(site_behind_nginx):
     stack, url, folder = site_behind_nginx
     stack.flask("set-password", "e2e-user", "--password", "nginx-test-password")
-    session = requests.Session()
-    session.verify = str(folder / "ca.pem")
-    page = session.get(f"{url}/login").text
+    session, ca = requests.Session(), str(folder / "ca.pem")   # per request: the env's bundle loses
+    page = session.get(f"{url}/login", verify=ca).text
     token = re.search(r'name="csrf-token" content="([^"]+)"', page).group(1)
     # As a browser posts the form: with the page it came from as Referer.
-    signed_in = session.post(f"{url}/login", headers={"Referer": f"{url}/login"}, data={
+    signed_in = session.post(f"{url}/login", headers={"Referer": f"{url}/login"}, verify=ca, data={
         "username": "e2e-user", "password": "nginx-test-password", "csrf_token": token})
     assert signed_in.status_code == 200 and "<h1>Runs</h1>" in signed_in.text, signed_in.text[:300]
 
