@@ -616,7 +616,10 @@ def test_a_run_reaches_its_own_job_and_the_sites_list_and_nothing_else_on_the_ne
     index = int(node.removeprefix("node"))
     victim_addr = f"10.{80 + index}.{(int(job) >> 8) & 255}.{int(job) & 255}"
     master_port = 20000 + int(job) % 40000
-    srun_ports = _listening_ports(node, "srun")
+    # "running" comes from squeue as the batch step starts; its srun listens a moment later.
+    deadline = time.monotonic() + 20
+    while not (srun_ports := _listening_ports(node, "srun")) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert srun_ports, "the victim's batch step runs srun, which listens for its I/O"
     targets = {
         "victim-master-port": [victim_addr, master_port],

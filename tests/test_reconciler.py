@@ -89,6 +89,7 @@ class ScriptedSlurm:
         self.records: dict[str, JobRecord] = {}
         self.named: dict[str, str] = {}
         self.canceled: list[str] = []
+        self.shortened: dict[str, int] = {}
 
     def query(self, job_ids, squeue_alone=False):
         return {j: self.records[j] for j in job_ids if j in self.records}
@@ -98,6 +99,9 @@ class ScriptedSlurm:
 
     def cancel(self, job_id):
         self.canceled.append(job_id)
+
+    def shorten(self, job_id, minutes):
+        self.shortened[job_id] = minutes
 
 
 @pytest.fixture
@@ -138,18 +142,23 @@ def test_one_cycle_moves_every_run_with_a_job_to_what_slurm_says(slurm):
     assert reconcile_once() == 0 and waiting.status == "queued"
 
 
-def test_an_org_at_its_limit_has_its_live_runs_canceled_and_no_other(slurm):
-    over = live_runs(2, "over", status="running")
+def test_an_org_at_its_limit_has_its_live_runs_ended_at_their_paid_minute_and_no_other(slurm):
+    """Billed per started minute, a running run keeps the minute it has paid
+    for: Slurm ends it there (its time limit shortened to it); a queued run,
+    which has paid nothing, is canceled; another org's goes on."""
+    over = live_runs(3, "over", status="running")
     fine = live_runs(1, "fine", status="running")
     get_or_create_org("over").monthly_limit_micros = 100_000       # 10 cents
     for n, r in enumerate(over + fine):
         r.slurm_job_id = str(n + 1)
         slurm.records[r.slurm_job_id] = JobRecord(r.slurm_job_id, "RUNNING", start=1_000,
-                                                  elapsed_seconds=600)   # $0.80 each
+                                                  elapsed_seconds=570)   # 9m 30s: $0.80 each
+    slurm.records["3"] = JobRecord("3", "PENDING", reason="Resources")
     db.session.commit()
     reconcile_once()
-    assert sorted(slurm.canceled) == ["1", "2"]
-    assert [r.stopped_for for r in over + fine] == ["limit_reached", "limit_reached", None]
+    assert slurm.canceled == ["3"] and slurm.shortened == {"1": 10, "2": 10}
+    assert [r.stopped_for for r in over + fine] == ["limit_reached"] * 3 + [None]
+    assert [(r.time_limit_minutes, r.time_limit_by) for r in over[:2]] == [(10, "org")] * 2
 
 
 def test_a_run_its_submit_did_not_record_gets_the_job_slurm_has_under_its_name(slurm):
