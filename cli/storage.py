@@ -221,7 +221,7 @@ def _fetch(api: ApiClient, volume: str, entry: dict, local: Path, progress: Prog
             and int(local.stat().st_mtime) == int(entry["mtime"]):
         return False
     local.parent.mkdir(parents=True, exist_ok=True)
-    part = local.with_name(local.name + ".div-part")
+    part = _part_of(local)
     offset = part.stat().st_size if part.exists() else 0
     if offset >= entry["size"]:
         offset = 0   # complete but never checked, or longer: fetched again
@@ -232,6 +232,16 @@ def _fetch(api: ApiClient, volume: str, entry: dict, local: Path, progress: Prog
     os.replace(part, local)
     os.utime(local, (entry["mtime"], entry["mtime"]))
     return True
+
+
+def _part_of(local: Path) -> Path:
+    """Where a download is written until it is whole: NAME.div-part beside
+    it, or for a name too long for that (a filesystem's 255 bytes), a
+    hidden name made from its hash."""
+    name = os.fsencode(local.name)
+    if len(name) + len(".div-part") <= 255:
+        return local.with_name(local.name + ".div-part")
+    return local.with_name(f".{hashlib.sha256(name).hexdigest()[:24]}.div-part")
 
 
 class HashingWriter:
@@ -304,15 +314,31 @@ def get(api: ApiClient, volume: str, path: str, dest: str | None) -> None:
         prefix = top["path"] + "/" if top["path"] else ""
         jobs = [(e, dest / e["path"][len(prefix):]) for e in answer["entries"]]
     progress = Progress("get", sum(e["size"] for e, _ in jobs))
+    failed: list[str] = []
+
+    def fetch(job) -> bool:
+        """One file; one that cannot be written here (a name this filesystem
+        refuses, a full disk) is said and the others go on."""
+        try:
+            return _fetch(api, volume, job[0], job[1], progress)
+        except OSError as exc:
+            failed.append(f"{shown(job[0]['path'])}: not written to {shown(job[1])}: "
+                          f"{exc.strerror}")
+            return False
     with ThreadPoolExecutor(PARALLEL) as pool:
         try:
-            fetched = list(pool.map(lambda job: _fetch(api, volume, job[0], job[1], progress), jobs))
+            fetched = list(pool.map(fetch, jobs))
         finally:
             progress.close()
     total = sum(e["size"] for (e, _), got in zip(jobs, fetched, strict=True) if got)
     skipped = fetched.count(False)
     click.echo(f"{count(fetched.count(True), 'file')}, {format_bytes(total)} → {shown(dest)}"
-               + (f" ({skipped} already complete)" if skipped else ""), err=True)
+               + (f" ({skipped - len(failed)} already complete)" if skipped > len(failed) else ""),
+               err=True)
+    if failed:
+        for line in failed:
+            click.echo(line, err=True)
+        raise click.ClickException(f"{count(len(failed), 'file')} not written")
 
 
 @storage.command("rm")

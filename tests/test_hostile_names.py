@@ -15,6 +15,7 @@ NAMES = {
     b"new\nline": "new\\nline",
     b"bad%FFname.txt": "bad%FFname.txt",     # the literal characters: another file
     b"caf\xc3\xa9 menu": "café menu",
+    b"L" * 250: "L" * 250,                    # its .div-part name would pass 255 bytes
 }
 WRITER = """import os
 names = {names!r}

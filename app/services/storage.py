@@ -31,6 +31,7 @@ from app.services.durable import sync_filesystem, sync_folder
 from app.services.errors import Conflict, Invalid, NotFound, ServiceError, Unavailable
 from app.services.quota import charge, layout_bytes
 from app.services.volumes import check_volume_name, data_path, ensure_volume, org_dir, trees_dir, volume_dir
+from cli.output import shown
 
 MAX_FILE_BYTES = 256 * 1000 * 1000   # the guide: at most 256 MB a file
 MAX_FILE_SECONDS = 300               # and 5 minutes to upload it
@@ -65,7 +66,7 @@ def clean_path(path: object, allow_root: bool = True) -> str:
     if "\0" in path:
         raise Invalid("a path must not contain NUL bytes")
     if path.startswith("/"):
-        raise Invalid(f"{path!r}: paths are relative to the volume, not absolute")
+        raise Invalid(f"'{shown(path)}': paths are relative to the volume, not absolute")
     try:
         # PEP 383's form (app/web/byte_paths.py): each lone surrogate is a byte.
         size = len(path.encode("utf-8", "surrogateescape"))
@@ -75,7 +76,7 @@ def clean_path(path: object, allow_root: bool = True) -> str:
         raise Invalid(f"a path in a volume is at most {MAX_PATH_BYTES} bytes")
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if ".." in parts:
-        raise Invalid(f"{path!r}: .. is not allowed in a volume path")
+        raise Invalid(f"'{shown(path)}': .. is not allowed in a volume path")
     if any(len(p.encode("utf-8", "surrogateescape")) > 255 for p in parts):
         raise Invalid("a file or folder name is at most 255 bytes")
     if not parts and not allow_root:
@@ -119,10 +120,10 @@ class VolumeFolders:
             fd = os.open(name, self.FLAGS, dir_fd=parent)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise Invalid(f"{rel!r} is a symlink or a file, not a folder of the volume; "
+                raise Invalid(f"'{shown(rel)}' is a symlink or a file, not a folder of the volume; "
                               "links in a volume are never followed") from None
             if exc.errno == errno.ENOENT:
-                raise NotFound(f"no {rel!r} in the volume") from None
+                raise NotFound(f"no '{shown(rel)}' in the volume") from None
             raise
         if len(self._fds) >= self.MAX_OPEN:
             self._forget_all_but(parent)
@@ -270,9 +271,9 @@ def list_path(org: Org, volume: str, path: str, recursive: bool = False) -> tupl
         st = folders.lstat(rel)
         top = _entry(rel, st) if st is not None else None
         if st is not None and stat.S_ISLNK(st.st_mode):
-            raise Invalid(f"{rel!r} is a symlink; links in a volume are never followed")
+            raise Invalid(f"'{shown(rel)}' is a symlink; links in a volume are never followed")
         if top is None:
-            raise NotFound(f"no {rel!r} in {volume}")
+            raise NotFound(f"no '{shown(rel)}' in {volume}")
         if top.type == "file":
             return top, [top]
         if recursive:
@@ -359,7 +360,7 @@ def _already_there(folders: VolumeFolders, rel: str, item: dict) -> bool:
     try:
         opened = folders.open_file(rel)
     except Invalid:
-        raise Invalid(f"{rel!r} leads through a symlink; links in a volume are never followed") \
+        raise Invalid(f"'{shown(rel)}' leads through a symlink; links in a volume are never followed") \
             from None
     if opened is None:
         return False
@@ -652,7 +653,7 @@ def open_for_download(org: Org, volume: str, path: str):
     with folders_closed(open_volume(org, volume)) as folders:
         opened = folders.open_file(rel)
     if opened is None:
-        raise NotFound(f"no file {rel!r} in {volume}")
+        raise NotFound(f"no file '{shown(rel)}' in {volume}")
     fd, info = opened
     sha = _stored_hash(fd, info)
     os.lseek(fd, 0, os.SEEK_SET)
@@ -670,7 +671,7 @@ def delete(org: Org, volume: str, path: str) -> None:
             parent = folders.folder(parent_rel)
             st = folders.lstat(rel)
             if st is None:
-                raise NotFound(f"no {rel!r} in {volume}")
+                raise NotFound(f"no '{shown(rel)}' in {volume}")
             try:
                 if stat.S_ISDIR(st.st_mode):
                     _remove_tree(parent, name)
