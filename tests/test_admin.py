@@ -214,3 +214,21 @@ def test_admin_commands_read_the_sites_env_file_and_only_a_safe_one(stack, tmp_p
     assert refused.returncode == 1
     assert refused.stderr.strip() == (f"scripts/services: {env_file} must be root's (or yours) "
                                       "and writable by no one else")
+
+
+def test_workers_and_threads_come_from_the_sites_settings_alone(slurm_cluster):
+    """DIV_WORKERS and DIV_THREADS, read by app/web/gunicorn_conf.py for
+    scripts/services and the systemd unit alike (the unit once hard-coded
+    4 x 128 while the env file said otherwise)."""
+    from tests.sshd import free_port
+    from tests.stack import start_stack, stop_stack
+    sized = start_stack(free_port(), None, settings={"DIV_WORKERS": "3", "DIV_THREADS": "8"})
+    try:
+        master = int((sized.base / "pids" / "server.pid").read_text())
+        workers = subprocess.run(["pgrep", "-P", str(master)], capture_output=True,
+                                 text=True).stdout.split()
+        assert len(workers) == 3, workers
+    finally:
+        stop_stack(sized)
+    unit = (ROOT / "deploy/systemd/divergent-server.service").read_text()
+    assert "--workers" not in unit and "--threads" not in unit
