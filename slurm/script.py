@@ -46,8 +46,10 @@ LAUNCH = ('trap "" USR1; eval "$div_env_decl"; eval "$div_secrets_decl"; '
 # A node's stdout (or stderr) to its file a line at a time: each write one
 # or more whole lines, so appends from several nodes interleave by line. A
 # partial line goes out after 0.2 s without more (a progress bar's \r), or
-# at 64 KiB. Bytes pass unchanged. Slurm's signals to the step are for the
-# run: the relay ends when the last writer is gone, with what it holds.
+# at 1 MiB (a line that long may be cut, and a secret in it with it: the
+# masker sees only bytes that stay together). Bytes pass unchanged.
+# Slurm's signals to the step are for the run: the relay ends when the last
+# writer is gone, with what it holds.
 LINES = r'''import os, select, signal
 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
     signal.signal(sig, signal.SIG_IGN)
@@ -61,7 +63,7 @@ while True:
     if not data:
         break
     held += data
-    cut = held.rfind(b"\n") + 1 or (len(held) if len(held) >= 65536 else 0)
+    cut = held.rfind(b"\n") + 1 or (len(held) if len(held) >= 1 << 20 else 0)
     view = memoryview(held)[:cut]
     while view:
         view = view[os.write(1, view):]

@@ -49,7 +49,7 @@ while True:
     if not data:
         break
     held += data
-    cut = held.rfind(b"\n") + 1 or (len(held) if len(held) >= 65536 else 0)
+    cut = held.rfind(b"\n") + 1 or (len(held) if len(held) >= 1 << 20 else 0)
     view = memoryview(held)[:cut]
     while view:
         view = view[os.write(1, view):]
