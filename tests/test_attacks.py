@@ -1069,3 +1069,19 @@ def test_a_delete_or_an_upload_racing_a_runs_writes_is_never_a_500(stack, projec
     finally:
         stack.div("stop", "race-writer", cwd=project)
     assert statuses <= {200, 201, 400, 404, 409}, statuses
+
+
+def test_a_place_a_run_made_unwritable_is_a_409_never_the_shares_fault(stack, project):
+    """A run chmods a folder of its volume 000: a put or delete there is that
+    place's state (409), not the share refusing the server (503: an admin's
+    to fix)."""
+    locked = stack.div("run", "--gpu", "cpu", "--no-upload", "--", "mkdir -p /mnt/locked/in "
+                       "&& touch /mnt/locked/in/f && chmod 000 /mnt/locked/in", cwd=project)
+    assert locked.returncode == 0, locked.stderr
+    body = b"x"
+    put = stack.api("PUT", "/volumes/locked/files", params={"path": "in/g"}, data=body,
+                    headers={"X-Div-Sha256": hashlib.sha256(body).hexdigest()})
+    deleted = stack.api("DELETE", "/volumes/locked/files", params={"path": "in/f"})
+    assert (put.status_code, deleted.status_code) == (409, 409), (put.text, deleted.text)
+    assert "a run may have changed it" in put.json()["error"]
+    stack.div("run", "--gpu", "cpu", "--no-upload", "--", "chmod 755 /mnt/locked/in", cwd=project)

@@ -378,6 +378,20 @@ def _already_there(folders: VolumeFolders, rel: str, item: dict) -> bool:
 RACED = (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EBUSY)
 
 
+@contextlib.contextmanager
+def _inside_the_volume(path: str):
+    """What is in a volume runs make and change as they like (its folders'
+    modes included, at any moment): a place there the server may not write
+    is that place's state, 409, never the share refusing the server (which
+    is an admin's to fix, 503)."""
+    try:
+        yield
+    except PermissionError as exc:
+        raise Conflict(f"the server may not write to '{shown(path)}' in the volume "
+                       f"({os.strerror(exc.errno)}): a run may have changed it; "
+                       "nothing already stored was lost") from None
+
+
 def _share_errors(action):
     """Disk full and a share that is gone as clear errors; the temporary file
     goes, and nothing already stored is touched."""
@@ -574,7 +588,8 @@ def store_file(org: Org, volume: str, path: str, stream, length: int | None,
         with folders_closed(open_volume(org, volume)) as folders:
             # Charged once the volume is there: a put to none costs nothing.
             charge(org, min(length or 0, MAX_FILE_BYTES))
-            _store_verified(org, folders, volume, path, stream, length, sha256)
+            with _inside_the_volume(path):
+                _store_verified(org, folders, volume, path, stream, length, sha256)
     _share_errors(action)
 
 
@@ -617,8 +632,9 @@ def store_bundle(org: Org, volume: str, stream, length: int | None) -> int:
                     # Its size would be written out as holes: far more than was sent.
                     raise Invalid(f"{member.name}: a bundle holds no sparse files")
                 sha = member.pax_headers.get("DIV.sha256") or hashes.get(member.name, "")
-                _store_verified(org, folders, volume, member.name, bundle.extractfile(member),
-                                member.size, sha, sync=False)
+                with _inside_the_volume(member.name):
+                    _store_verified(org, folders, volume, member.name,
+                                    bundle.extractfile(member), member.size, sha, sync=False)
                 stored += 1
         sync_filesystem(volume_dir(org, volume))   # all of it on disk before the answer
         return stored
@@ -667,7 +683,7 @@ def delete(org: Org, volume: str, path: str) -> None:
     parent_rel, _, name = rel.rpartition("/")
 
     def action():
-        with folders_closed(open_volume(org, volume)) as folders:
+        with folders_closed(open_volume(org, volume)) as folders, _inside_the_volume(rel):
             parent = folders.folder(parent_rel)
             st = folders.lstat(rel)
             if st is None:
