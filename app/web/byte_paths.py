@@ -7,7 +7,7 @@ written into URLs the same way. To show one, cli.output.shown writes such a
 byte as \\xNN (a page cannot encode it raw)."""
 from __future__ import annotations
 
-from urllib.parse import quote_from_bytes, unquote_to_bytes
+from urllib.parse import parse_qsl, quote_from_bytes
 
 from flask import request
 
@@ -19,12 +19,9 @@ def path_bytes(path: str) -> bytes:
 def path_arg(name: str = "path") -> str:
     """?name= as the bytes it percent-encodes (Werkzeug's request.args keeps
     %FF as the three characters, which would name another file)."""
-    wanted = name.encode()
-    for pair in request.query_string.split(b"&"):
-        key, _, value = pair.partition(b"=")
-        if unquote_to_bytes(key.replace(b"+", b" ")) == wanted:
-            return unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8", "surrogateescape")
-    return ""
+    pairs = parse_qsl(request.query_string.decode("ascii", "surrogateescape"),
+                      keep_blank_values=True, encoding="utf-8", errors="surrogateescape")
+    return next((value for key, value in pairs if key == name), "")
 
 
 def path_query(path: str) -> str:
