@@ -37,19 +37,23 @@ install:
 	$(call venv_with,requirements.txt)
 	@echo "installed in $(CURDIR)/$(VENV); next: deploy/ (systemd units, nginx site, env file)"
 
-# Everything on the docs' cluster, then the core end to end on the second
-# profile (tests/test_site2.py), then the docs' cluster again.
+# The core end to end on the second profile (tests/test_site2.py), then
+# everything on the docs' cluster, TEST_WORKERS tests side by side
+# (pytest-xdist: the tests mostly wait on Slurm; tests/cluster_turns.py
+# gives the few that change the cluster for all their turn alone, last).
+# It ends with the 25 slowest tests.
+TEST_WORKERS ?= 4
 test: lint cluster s3 postgres test-tools
 	@# pyslurm builds (minutes, the first time) while torch downloads.
 	scripts/pyslurm-wheel & built=$$!; $(NODE_TORCH_INSTALL); torch=$$?; wait $$built && exit $$torch
-	$(BIN)/pytest; rc=$$?; \
 	DIV_DEV_PROFILE=site2 slurm/dev/up && $(BIN)/pytest -m site2; site2=$$?; \
-	slurm/dev/up; exit $$(( rc || site2 ))
+	slurm/dev/up && $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25; rc=$$?; \
+	exit $$(( rc || site2 ))
 
 # The tests that need neither Slurm nor a server (tests/conftest.py marks
 # the others `cluster`): under a minute, for the loop while editing.
 test-fast: lint postgres
-	$(BIN)/pytest -m "not cluster" -q
+	$(BIN)/pytest -m "not cluster" -q -n 2
 
 # Every benchmark in bench/ on the dev stack, then one table (bench/all.py).
 bench: up pyslurm test-tools

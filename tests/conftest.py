@@ -14,15 +14,20 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from flask_migrate import upgrade
 
 from app import create_app
 from app.extensions import db
 from slurm.client import SlurmClient
 from slurm.pyslurm_client import PyslurmClient
 from slurm.transport import LocalTransport, SSHTransport
+from tests.cluster_turns import cluster_turn
 from tests.sshd import free_port, running_sshd
+from tests.stack import fresh_postgres_database
 
 DEV_STATE = Path(os.environ.get("DIV_DEV_STATE", "/var/lib/div-dev"))
+CHECKOUT_INSTANCE = Path(__file__).resolve().parent.parent / "instance"
+INSTANCE_BEFORE = pytest.StashKey[set]()
 POSTGRES_URL = os.environ.get("DIV_TEST_POSTGRES_URL",
                               "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -30,14 +35,67 @@ POSTGRES_URL = os.environ.get("DIV_TEST_POSTGRES_URL",
 def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: needs the dev Slurm cluster (and so, the "
                                        "server) or the dev S3 server")
+    config.addinivalue_line("markers", "cluster_wide: changes what every cluster test sees "
+                                       "(stops a Slurm daemon, changes a partition) or holds "
+                                       "every GPU of a type: has the cluster alone "
+                                       "(tests/cluster_turns.py)")
     config.addinivalue_line("markers", "site2: needs the dev cluster's site2 profile "
                                        "(make test brings it up and runs them after the rest)")
 
 
+def _checkout_instance_files() -> set[Path]:
+    return set(CHECKOUT_INSTANCE.rglob("*")) if CHECKOUT_INSTANCE.is_dir() else set()
+
+
+def pytest_sessionstart(session):
+    session.config.stash[INSTANCE_BEFORE] = _checkout_instance_files()
+
+
+def pytest_sessionfinish(session):
+    """Tests are hermetic: what they make lives under their own folders, so
+    a run beside a developer's dev stack neither reads its files nor leaves
+    any in the checkout's instance/. The dev server's own files belong to
+    the service user; what is new there and the tests' user's is a leak."""
+    before = session.config.stash.get(INSTANCE_BEFORE, set())
+    leaked = sorted(str(path) for path in _checkout_instance_files() - before
+                    if path.lstat().st_uid == os.getuid())
+    if leaked:
+        session.config.get_terminal_writer().line(
+            "tests left files in the checkout's instance/: " + ", ".join(leaked), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(tryfirst=True)     # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items):
     for item in items:
         if {"slurm_cluster", "s3_server"} & set(item.fixturenames):
             item.add_marker(pytest.mark.cluster)
+        # A module's fixture (its own stack, runs started early) is made
+        # once when the tests that use it run in one worker (--dist loadgroup).
+        if any(definition.scope == "module" for definitions in
+               item._fixtureinfo.name2fixturedefs.values() for definition in definitions):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_in_turns(items):
+    """The order workers are handed tests in (--no-loadscope-reorder), after
+    pytest's own ordering by fixture: first the groups (a module's chain of
+    tests, often around runs that wait minutes for Slurm), so that they
+    overlap the rest; last the tests that have the cluster alone, with
+    their groups, so that none waits mid-run for the others to drain."""
+    alone = {_group(item) for item in items if item.get_closest_marker("cluster_wide")}
+
+    def turn(item) -> int:
+        if _group(item) in alone:
+            return 2
+        return 0 if item.get_closest_marker("xdist_group") else 1
+    items.sort(key=turn)
+
+
+def _group(item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    return marker.args[0] if marker else item.nodeid
 
 
 @pytest.fixture
@@ -48,16 +106,41 @@ def app_config(tmp_path) -> dict:
 
 
 @pytest.fixture
-def app(app_config, tmp_path):
-    """The app on a fresh SQLite database, with its own instance folder (its
-    own secret keys) under the test's tmp_path. Outside any app context, as
-    in the server: each request gets its own (Flask-WTF keeps a token in
-    `g`, which one long context would share between clients)."""
-    app = create_app(app_config, instance_path=str(tmp_path / "instance"))
+def make_app(tmp_path):
+    """How every test builds an app: its instance folder (secret keys,
+    follower files, SQLite, data) under the test's own tmp_path, never the
+    checkout's instance/, where a developer's dev stack (`make up`) lives."""
+    def make(config: dict):
+        return create_app({"TESTING": True, **config}, instance_path=str(tmp_path / "instance"))
+    return make
+
+
+@pytest.fixture
+def app(app_config, make_app):
+    """The app on a fresh SQLite database, with its own instance folder.
+    Outside any app context, as in the server: each request gets its own
+    (Flask-WTF keeps a token in `g`, which one long context would share
+    between clients)."""
+    app = make_app(app_config)
     with app.app_context():
         db.create_all()
     yield app
     with app.app_context():
+        db.engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def migrated_app(request, tmp_path, make_app):
+    """An app whose schema comes from the migrations (not create_all), on
+    both databases, inside its app context: for the tests of the schema
+    itself and of what reads it as the server does."""
+    url = (f"sqlite:///{tmp_path / 'test.db'}" if request.param == "sqlite"
+           else fresh_postgres_database(POSTGRES_URL, "divergent_test"))
+    app = make_app({"SQLALCHEMY_DATABASE_URI": url})
+    with app.app_context():
+        upgrade()
+        yield app
+        db.session.remove()
         db.engine.dispose()
 
 
@@ -78,6 +161,17 @@ def client(app):
 def runner(app):
     """Admin commands in-process: runner.invoke(args=["orgs"])."""
     return app.test_cli_runner()
+
+
+@pytest.fixture(autouse=True)
+def _cluster_turn(request):
+    """Cluster tests run side by side (pytest-xdist), each in its turn."""
+    if request.node.get_closest_marker("cluster") is None:
+        yield
+        return
+    alone = request.node.get_closest_marker("cluster_wide") is not None
+    with cluster_turn(DEV_STATE / "run", alone):
+        yield
 
 
 @pytest.fixture(scope="session")

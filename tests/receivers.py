@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from aiosmtpd.controller import Controller
 
+from tests.serving import start_serving, stop_serving
 from tests.sshd import free_port
 
 
@@ -37,12 +38,10 @@ class Webhook:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook/T0/B0"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = start_serving(self.server) + "/hook/T0/B0"
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        stop_serving(self.server)
 
 
 class Mailbox:

@@ -3,6 +3,7 @@ API server (gunicorn, as `make up` starts it) on a free port, the reconciler,
 and the real `div` command run as a subprocess against them."""
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -21,6 +22,11 @@ VENV_BIN = Path(sys.executable).parent
 SERVICES = ROOT / "scripts" / "services"
 # Who the server, the reconciler and admin commands run as (scripts/services).
 SERVICE_USER = os.environ.get("DIV_SERVICE_USER", "divergent")
+# pytest-xdist's worker (gw0, gw1, ...; "main" without workers): what a
+# test makes on a server the workers share (a database, a Slurm account)
+# carries it in its name, so that workers never meet.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+_stacks_started = itertools.count(1)
 
 
 def service_folder(prefix: str) -> Path:
@@ -34,8 +40,9 @@ def service_folder(prefix: str) -> Path:
 
 
 def fresh_postgres_database(admin_url: str, name: str) -> str:
-    """An empty database `name` on the server of `admin_url`; its URL, with
-    the psycopg driver named for SQLAlchemy."""
+    """An empty database `name` (this worker's own) on the server of
+    `admin_url`; its URL, with the psycopg driver named for SQLAlchemy."""
+    name = f"{name}_{WORKER}"
     admin_url = admin_url.replace("postgresql://", "postgresql+psycopg://")
     admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -51,6 +58,11 @@ class Stack:
     port: int
     database_url: str
     tokens: dict[str, str] = field(default_factory=dict)
+    # Each org's Slurm account: the stack's own unless the site made one
+    # (two stacks' "e2e" share no account, and so no GrpSubmitJobs, no jobs
+    # found by name).
+    accounts: dict[str, str] = field(default_factory=dict)
+    tag: str = WORKER
     # The services' own settings beyond the stack's (a PATH, a grace).
     settings: dict[str, str] = field(default_factory=dict)
 
@@ -100,7 +112,8 @@ class Stack:
 
     def add_org(self, org: str, account: str | None = None) -> str:
         """An org with one user and a key; returns the key."""
-        self.flask("create-org", org, *(["--account", account] if account else []))
+        self.accounts[org] = account or f"{org}-{self.tag}"
+        self.flask("create-org", org, "--account", self.accounts[org])
         self.flask("create-user", org, f"{org}-user")
         self.tokens[org] = self.flask("create-key", f"{org}-user").stdout.split()[-1]
         return self.tokens[org]
@@ -182,7 +195,8 @@ def start_stack(port: int, postgres_admin_url: str | None,
     base = service_folder("div-stack-")
     url = (fresh_postgres_database(postgres_admin_url, database) if postgres_admin_url
            else f"sqlite:///{base}/divergent.db")
-    stack = Stack(base, port, url, settings=dict(settings or {}))
+    stack = Stack(base, port, url, settings=dict(settings or {}),
+                  tag=f"{WORKER}-{next(_stacks_started)}")
     (base / "home").mkdir(parents=True, exist_ok=True)
     # The share, as a site mounts it before the server starts (an absent
     # one is a share not mounted: 503).

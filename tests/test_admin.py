@@ -27,7 +27,7 @@ def test_orgs_users_and_usage_at_a_glance(stack, project):
     assert done.returncode == 0, done.stderr
     stack.flask("org-limit", "e2e", "500")
     orgs = stack.flask("orgs").stdout
-    assert any(line.split()[:3] == ["e2e", "e2e", "1"] and line.endswith("$500.00")
+    assert any(line.split()[:3] == ["e2e", stack.accounts["e2e"], "1"] and line.endswith("$500.00")
                for line in orgs.splitlines()), orgs
     users = stack.flask("users", "--org", "other").stdout.splitlines()
     assert users[1].split()[:3] == ["other-user", "other", "member"] and len(users) == 2
@@ -134,6 +134,7 @@ def _slurmctld_answers() -> bool:
     return subprocess.run(["scontrol", "ping"], capture_output=True).returncode == 0
 
 
+@pytest.mark.cluster_wide   # stops slurmctld, changes the service user's AdminLevel
 def test_the_doctor_reports_a_stopped_slurmctld(stack, project, tmp_path):
     (stack.data_dir / "share").mkdir(exist_ok=True)     # as the first volume makes it
     healthy = stack.flask("doctor", check=False)

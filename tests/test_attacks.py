@@ -24,6 +24,7 @@ from botocore.exceptions import ClientError
 
 from app.services.code import FileEntry, tree_hash
 from tests.buckets import s3_client
+from tests.serving import serving
 from tests.sshd import free_port
 from tests.stack import ROOT, SERVICE_USER, start_stack, stop_stack
 
@@ -948,9 +949,9 @@ def test_an_org_may_start_only_so_many_runs_within_slurms_job_age(app_context, a
 def test_each_orgs_slurm_account_caps_its_jobs_in_slurm_too(stack, project):
     assert stack.div("run", "--gpu", "cpu", "--no-upload", "--", "true", cwd=project,
                      org="other").returncode == 0
-    limits = subprocess.run(["sacctmgr", "-n", "-P", "show", "assoc", "where", "account=other",
-                             "user=", "format=GrpSubmit"], capture_output=True, text=True,
-                            check=True).stdout.split()
+    limits = subprocess.run(["sacctmgr", "-n", "-P", "show", "assoc", "where",
+                             f"account={stack.accounts['other']}", "user=", "format=GrpSubmit"],
+                            capture_output=True, text=True, check=True).stdout.split()
     assert limits and limits[0] == "2000", limits
 
 
@@ -1022,7 +1023,6 @@ def test_an_endpoint_that_answers_200_and_nothing_ends_the_transfer_in_one_line(
     import http.server
     import subprocess
     import sys
-    import threading
 
     class Empty(http.server.BaseHTTPRequestHandler):
         def _empty(self):
@@ -1033,11 +1033,10 @@ def test_an_endpoint_that_answers_200_and_nothing_ends_the_transfer_in_one_line(
 
         def log_message(self, *args):
             pass
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Empty)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    env = {"PATH": "/usr/bin:/bin", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.server_port}",
-           "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_DEFAULT_REGION": "us-east-1"}
-    try:
+
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Empty)) as url:
+        env = {"PATH": "/usr/bin:/bin", "AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "k",
+               "AWS_SECRET_ACCESS_KEY": "s", "AWS_DEFAULT_REGION": "us-east-1"}
         for target in ("s3://bucket/prefix", "s3://bucket/weights.bin"):
             done = subprocess.run([sys.executable, "s3/transfer.py", "import", target,
                                    str(tmp_path)], env=env, capture_output=True, text=True,
@@ -1045,8 +1044,6 @@ def test_an_endpoint_that_answers_200_and_nothing_ends_the_transfer_in_one_line(
             assert done.returncode == 1, done.stderr
             assert "Traceback" not in done.stderr and "KeyError" not in done.stderr, done.stderr
             assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    finally:
-        server.shutdown()
 
 
 def test_a_delete_or_an_upload_racing_a_runs_writes_is_never_a_500(stack, project):

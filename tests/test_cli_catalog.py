@@ -4,7 +4,6 @@ app on a site with 4 GPUs a node, which the CLI's own copy does not know."""
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import pytest
@@ -14,6 +13,7 @@ from werkzeug.serving import make_server
 from app.services.keys import create_key
 from app.services.orgs import get_or_create_org, get_or_create_user
 from cli.main import cli
+from tests.serving import serving
 
 
 @pytest.fixture
@@ -24,14 +24,12 @@ def served(app, tmp_path, monkeypatch):
     app.config["DIV_SITE_FILE"] = str(site)
     with app.app_context():
         key = create_key(get_or_create_user(get_or_create_org("acme"), "alice"))
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("DIV_API_URL", f"http://127.0.0.1:{server.server_port}")
-    monkeypatch.setenv("DIV_TOKEN", key)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
-    yield site
-    server.shutdown()
+    with serving(make_server("127.0.0.1", 0, app, threaded=True)) as url:
+        monkeypatch.setenv("DIV_API_URL", url)
+        monkeypatch.setenv("DIV_TOKEN", key)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        monkeypatch.chdir(tmp_path)
+        yield site
 
 
 def div(*args: str):

@@ -12,7 +12,6 @@ import os
 import pty
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
@@ -25,6 +24,7 @@ from app.services.orgs import get_or_create_org, get_or_create_user
 from app.services.volumes import ensure_volume
 from cli.main import cli
 from cli.progress import Progress
+from tests.serving import serving
 from tests.stack import VENV_BIN
 from tests.test_money import last_line
 
@@ -146,14 +146,11 @@ def served(app, tmp_path, monkeypatch):
         org = get_or_create_org("acme")
         key = create_key(get_or_create_user(org, "alice"))
         ensure_volume(org, "datasets")
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}"
-    monkeypatch.setenv("DIV_API_URL", url)
-    monkeypatch.setenv("DIV_TOKEN", key)
-    monkeypatch.chdir(tmp_path)
-    yield url
-    server.shutdown()
+    with serving(make_server("127.0.0.1", 0, app, threaded=True)) as url:
+        monkeypatch.setenv("DIV_API_URL", url)
+        monkeypatch.setenv("DIV_TOKEN", key)
+        monkeypatch.chdir(tmp_path)
+        yield url
 
 
 def div(*args: str, **kwargs):

@@ -4,6 +4,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from slurm.script import render_batch_script
 from tests.conftest import DEV_STATE
 from tests.jobs import SITE, spec_for, wait_for_end
@@ -15,6 +17,7 @@ def _pids() -> dict[str, str]:
     return {p.name: p.read_text() for p in (DEV_STATE / "run").glob("*.up.pid")}
 
 
+@pytest.mark.cluster_wide   # runs slurm/dev/up again
 def test_a_second_up_changes_nothing(slurm_cluster):
     before = _pids()
     config = Path("/etc/slurm/slurm.conf").stat().st_mtime_ns

@@ -10,6 +10,8 @@ import re
 import subprocess
 import zipfile
 
+import pytest
+
 from tests.stack import VENV_BIN
 
 # Every rank adds rank + 1 across the world: n ranks make n(n+1)/2.
@@ -52,6 +54,7 @@ def test_the_docs_torchrun_forms_one_world_on_one_node_and_unchanged_on_two(stac
     assert b"cannot be retrieved" not in two.stderr, two.stderr
 
 
+@pytest.mark.cluster_wide   # both land on the same nodes of an idle cluster
 def test_two_runs_on_the_same_nodes_at_once_both_form_their_world(stack, project):
     (project / "ddp.py").write_text(ALL_REDUCE)
     both = [subprocess.Popen([str(VENV_BIN / "div"), "run", "--gpu", gpu, "--gpus", "16",
@@ -90,6 +93,7 @@ def test_the_first_rank_to_fail_fails_the_run_with_its_exit_code(stack, project)
     assert stack.run_json(name)["exit_code"] == 7
 
 
+@pytest.mark.cluster_wide   # holds every H200
 def test_the_docs_thirty_two_gpus_are_one_job_on_four_nodes(stack, project):
     done = stack.div("run", "--gpu", "h200", "--gpus", "32", "--no-upload", "--",
                      'echo "$NODE_RANK $PET_NODE_RANK $RANK of $NNODES $WORLD_SIZE '
@@ -116,6 +120,7 @@ if rank == 0:
 """
 
 
+@pytest.mark.cluster_wide   # holds every H200
 def test_each_line_of_each_node_arrives_whole(stack, project):
     import time
     (project / "piecemeal.py").write_text(PIECEMEAL)

@@ -8,6 +8,7 @@ import subprocess
 import threading
 import time
 
+import pytest
 import requests
 
 from tests.stack import VENV_BIN, read_terminal
@@ -22,6 +23,7 @@ def _wait_for(predicate, timeout=60):
     raise AssertionError("condition not met in time")
 
 
+@pytest.mark.cluster_wide   # holds every L40S
 def test_a_queued_run_says_why_it_waits_on_a_terminal_only(stack, project):
     # Every L40S of the four nodes held.
     hold = stack.div("run", "--gpu", "l40s", "--gpus", "32", "-d", "--no-upload", "--name",

@@ -1,6 +1,8 @@
-"""Faults injected into the real stack, on SQLite and on PostgreSQL: Slurm's
-daemons stopped (slurmctld, slurmdbd, a node's slurmd), the reconciler and
-the server SIGKILLed at the worst moments, the database unavailable. Each
+"""Faults injected into the real stack: Slurm's daemons stopped (slurmctld,
+slurmdbd, a node's slurmd), the reconciler and the server SIGKILLed at the
+worst moments, the database unavailable. Where the database's own behaviour
+is what holds (transactions, a unique key, an outage) on SQLite and on
+PostgreSQL; where Slurm's or the files' is, on PostgreSQL alone. Each
 test asserts what the user saw, the runs' final states, their costs against
 sacct (`flask charges`) and, for files, their bytes (sha256)."""
 from __future__ import annotations
@@ -36,6 +38,8 @@ hold "$1" hold-after
 exit $rc
 """
 SUBMIT_GRACE = 8
+# A fault of Slurm's or of files, whatever the database: on the one sites run.
+ON_POSTGRESQL_ALONE = pytest.mark.parametrize("faulty", ["postgresql"], indirect=True)
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -258,8 +262,10 @@ def test_a_server_killed_before_sbatch_leaves_a_run_settled_as_never_submitted(f
         capture_output=True, text=True).stdout.split()), 30, "its job was not canceled")
 
 
+@ON_POSTGRESQL_ALONE
 # --- Slurm's daemons ----------------------------------------------------
 
+@pytest.mark.cluster_wide   # stops slurmctld
 def test_slurmctld_down_refuses_new_runs_and_loses_nothing_of_live_ones(faulty, code):
     names = [detached(faulty, code, "--", f"echo started; sleep 6; echo run {i} ended")
              for i in range(2)]
@@ -291,6 +297,8 @@ def test_slurmctld_down_refuses_new_runs_and_loses_nothing_of_live_ones(faulty, 
     charges_reconcile(faulty)
 
 
+@ON_POSTGRESQL_ALONE
+@pytest.mark.cluster_wide   # stops slurmdbd
 def test_slurmdbd_down_runs_are_followed_from_squeue_and_settle_once_it_is_back(faulty, code):
     stop_daemon("slurmdbd")
     try:
@@ -338,6 +346,8 @@ def fail_node(node: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+@ON_POSTGRESQL_ALONE
+@pytest.mark.cluster_wide   # stops a node's slurmd
 def test_a_node_that_fails_mid_run_restarts_it_elsewhere_billing_every_attempt(faulty, code):
     secret = faulty.div("secrets", "set", "RESTART_TOKEN", cwd=code, input=b"s3cr3t-value")
     assert secret.returncode == 0, secret.stderr
@@ -410,6 +420,7 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@ON_POSTGRESQL_ALONE
 def test_a_server_killed_during_put_and_get_leaves_whole_files_only(faulty, code, tmp_path):
     big = tmp_path / "big.bin"
     big.write_bytes(os.urandom(200 * 10**6))

@@ -131,7 +131,7 @@ def test_another_orgs_key_finds_nothing_of_this_org(stack, project):
         job = stack.run_json(name, org)["slurm_job_id"]
         account = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "Account", "-j", job],
                                  capture_output=True, text=True, check=True).stdout.strip()
-        assert account == org
+        assert account == stack.accounts[org]
     # The dashboard: another org's run and its telemetry are 404s too.
     session = stack.dashboard_session("other-user", "other-test-password")
     for path in ("/runs/e2e-owned", "/runs/e2e-owned/telemetry.json", "/runs/e2e-owned/log"):

@@ -6,31 +6,11 @@ from datetime import UTC
 
 import pytest
 import sqlalchemy as sa
-from flask_migrate import upgrade
 
-from app import create_app
 from app.extensions import db
 from app.models import Project, Run, Volume
 from app.services.keys import create_key, key_prefix, user_for_key
 from app.services.orgs import get_or_create_org, get_or_create_user
-from tests.conftest import POSTGRES_URL
-from tests.stack import fresh_postgres_database
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def app(request, tmp_path):
-    """Not conftest's app: the schema here comes from the migrations, on
-    both databases, since what is under test is the schema itself."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'test.db'}"
-    else:
-        url = fresh_postgres_database(POSTGRES_URL, "divergent_test")
-    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": url})
-    with app.app_context():
-        upgrade()
-        yield app
-        db.session.remove()
-        db.engine.dispose()
 
 
 def make_run(org, user, project, name="run-k4t9", **overrides) -> Run:
@@ -41,7 +21,7 @@ def make_run(org, user, project, name="run-k4t9", **overrides) -> Run:
     return Run(**fields)
 
 
-def test_a_run_belongs_to_an_org_project_and_user(app):
+def test_a_run_belongs_to_an_org_project_and_user(migrated_app):
     org = get_or_create_org("acme")
     user = get_or_create_user(org, "ada")
     project = Project(org_id=org.id, name="classifier")
@@ -56,7 +36,7 @@ def test_a_run_belongs_to_an_org_project_and_user(app):
     assert org.slurm_account == "acme"
 
 
-def test_run_names_are_unique_in_an_org_only(app):
+def test_run_names_are_unique_in_an_org_only(migrated_app):
     acme, other = get_or_create_org("acme"), get_or_create_org("other")
     for org in (acme, other):
         user = get_or_create_user(org, f"user-{org.name}")
@@ -72,14 +52,14 @@ def test_run_names_are_unique_in_an_org_only(app):
         db.session.commit()
 
 
-def test_volume_names_are_unique_in_an_org(app):
+def test_volume_names_are_unique_in_an_org(migrated_app):
     org = get_or_create_org("acme")
     db.session.add_all([Volume(org_id=org.id, name="data"), Volume(org_id=org.id, name="data")])
     with pytest.raises(sa.exc.IntegrityError):
         db.session.commit()
 
 
-def test_api_keys_are_stored_hashed_and_can_be_revoked(app):
+def test_api_keys_are_stored_hashed_and_can_be_revoked(migrated_app):
     user = get_or_create_user(get_or_create_org("acme"), "ada")
     key = create_key(user, name="laptop")
     row = user.api_keys[0]
@@ -92,10 +72,10 @@ def test_api_keys_are_stored_hashed_and_can_be_revoked(app):
     assert user_for_key(key) is None
 
 
-def test_whoami_answers_for_a_key_and_refuses_without(app):
+def test_whoami_answers_for_a_key_and_refuses_without(migrated_app):
     user = get_or_create_user(get_or_create_org("acme"), "ada", role="org_admin")
     key = create_key(user)
-    client = app.test_client()
+    client = migrated_app.test_client()
     assert client.get("/api/v1/health").json == {"ok": True}
     answer = client.get("/api/v1/whoami", headers={"Authorization": f"Bearer {key}"})
     assert answer.json == {"user": "ada", "org": "acme", "role": "org_admin",
@@ -104,12 +84,12 @@ def test_whoami_answers_for_a_key_and_refuses_without(app):
     assert (refused.status_code, refused.json) == (401, {"error": "invalid or missing API key"})
 
 
-def test_org_admins_revoke_any_key_of_their_org_and_members_only_their_own(app):
+def test_org_admins_revoke_any_key_of_their_org_and_members_only_their_own(migrated_app):
     acme = get_or_create_org("acme")
     admin, member = get_or_create_user(acme, "ada", "org_admin"), get_or_create_user(acme, "bob")
     outsider = get_or_create_user(get_or_create_org("other"), "carol", "org_admin")
     keys = {user.username: create_key(user) for user in (admin, member, outsider)}
-    client = app.test_client()
+    client = migrated_app.test_client()
 
     def call(method, path, who):
         return client.open(path, method=method,

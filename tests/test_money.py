@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 
+from tests.cluster_turns import cluster_turn
+from tests.conftest import DEV_STATE
 from tests.stack import VENV_BIN
 
 
@@ -36,7 +38,11 @@ def slow_runs(stack, tmp_path_factory):
     run over a minute, all started when the module starts so that their
     minutes overlap; each test then asserts on its own. `div run` as a
     process each, as a user runs it."""
-    code = tmp_path_factory.mktemp("money")
+    with cluster_turn(DEV_STATE / "run", alone=False):     # the runs outlive each test
+        yield from _slow_runs(stack, tmp_path_factory.mktemp("money"))
+
+
+def _slow_runs(stack, code):
     stack.add_org("capped")
     # Room for one minute of L40S: --time is capped by the org's limit.
     stack.flask("org-limit", "capped", "0.06")

@@ -17,14 +17,13 @@ from app.services.keys import create_key
 from app.services.orgs import get_or_create_org, get_or_create_user
 from app.services.request_slots import FOLLOW, take_slot
 from slurm.client import SlurmError
-from tests.test_models import app as migrated_app  # noqa: F401  (the fixture, both databases)
 from tests.test_models import make_run
 
 TOKEN = "scrape-token-for-tests-0123456789"
 
 
 @pytest.fixture
-def site(migrated_app):  # noqa: F811
+def site(migrated_app):
     """Two orgs' runs in every state, a site admin's key and a member's."""
     migrated_app.config["DIV_METRICS_TOKEN"] = TOKEN
     now = utcnow()
@@ -75,11 +74,10 @@ def test_only_the_scrape_token_or_a_site_admin_gets_metrics(site):
     assert refused.mimetype == "text/plain" and b"scrape token" in refused.data
 
 
-def test_a_short_scrape_token_is_refused_at_start(tmp_path):
-    from app import create_app
+def test_a_short_scrape_token_is_refused_at_start(tmp_path, make_app):
     with pytest.raises(RuntimeError, match="at least 32 characters"):
-        create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db",
-                    "DIV_METRICS_TOKEN": "short"}, instance_path=str(tmp_path / "instance"))
+        make_app({"SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/t.db",
+                  "DIV_METRICS_TOKEN": "short"})
 
 
 def test_runs_queue_spend_reconciler_slurm_errors_and_followers(site):

@@ -82,6 +82,7 @@ def test_bad_conventions_in_the_site_file_say_which(runner, app, tmp_path, setti
     assert says in flask(runner, "site", code=1)
 
 
+@pytest.mark.cluster_wide   # changes l40s's MaxTime
 def test_on_the_dev_cluster_a_partitions_max_time_becomes_the_jobs_time_limit(stack, project):
     scontrol = ["scontrol", "update", "PartitionName=l40s"]
     subprocess.run([*scontrol, "MaxTime=5"], check=True)

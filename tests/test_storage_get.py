@@ -7,11 +7,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.serving import serving
 from tests.test_unattended import _div
 
 BODY = os.urandom(100_000)
@@ -57,10 +57,8 @@ class ScriptedApi(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def api():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ScriptedApi)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), ScriptedApi)) as url:
+        yield url
 
 
 def _get(api, tmp_path):

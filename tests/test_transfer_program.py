@@ -16,6 +16,7 @@ import pytest
 from app.services.errors import Invalid
 from app.services.transfers import Transfer, parse_mount, parse_s3_url
 from s3 import transfer as program
+from tests.serving import serving
 
 
 @pytest.mark.parametrize("rel", ["a.txt", "deep/er/file name with spaces ü", "a..b/..c", ".hidden"])
@@ -243,12 +244,10 @@ def test_a_stop_with_objects_in_flight_cleans_up_through_the_real_library(tmp_pa
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "key")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_port}")
-    try:
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Slow)) as url:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "key")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", url)
         transfer = program.Transfer(str(tmp_path), "bucket", "import")
         transfer.open_partial()
         temp = transfer.partial_file()
@@ -269,5 +268,3 @@ def test_a_stop_with_objects_in_flight_cleans_up_through_the_real_library(tmp_pa
         transfer.close(aborted=True)
         assert time.monotonic() - stopping < 10      # at the next chunk, not the object's end (16 s)
         assert not (tmp_path / program.PARTIAL).exists()
-    finally:
-        server.shutdown()

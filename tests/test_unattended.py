@@ -10,6 +10,8 @@ import subprocess
 import time
 from datetime import UTC, datetime
 
+import pytest
+
 from tests.stack import VENV_BIN
 
 
@@ -83,6 +85,7 @@ def test_a_schedule_starts_its_run_within_a_minute(stack, project):
     assert stack.api("GET", "/schedules").json()["schedules"] == []
 
 
+@pytest.mark.cluster_wide   # stops slurmctld
 def test_a_schedule_due_while_slurm_is_away_starts_once_it_is_back(stack, project):
     """Slurm's controller stopped; the schedule comes due (its next_at set to
     now, as the clock would): the firing starts nothing and says so, then is

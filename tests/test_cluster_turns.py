@@ -1,0 +1,82 @@
+"""The turns the cluster tests take when they run side by side
+(tests/cluster_turns.py), between real processes as pytest-xdist's workers
+are: readers share, a writer waits for the readers in flight and has the
+cluster alone, and a reader that comes while a writer waits goes after it."""
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import pytest
+
+from tests.cluster_turns import cluster_turn
+
+fork = multiprocessing.get_context("fork")
+
+
+def _take_turn(state, alone, hold, events, name, go=None):
+    if go is not None:
+        go.wait(10)
+    with cluster_turn(state, alone):
+        events.put((name, "in", time.monotonic()))
+        time.sleep(hold)
+        events.put((name, "out", time.monotonic()))
+
+
+def _started(state, alone, hold, events, name, go=None):
+    process = fork.Process(target=_take_turn, args=(state, alone, hold, events, name, go))
+    process.start()
+    return process
+
+
+def _timeline(events, count):
+    return sorted((events.get(timeout=20) for _ in range(count)), key=lambda event: event[2])
+
+
+def test_readers_share_and_a_waiting_writer_goes_before_a_later_reader(tmp_path):
+    events = fork.Queue()
+    first = _started(tmp_path, False, 1.0, events, "reader-1")
+    second = _started(tmp_path, False, 1.0, events, "reader-2")
+    time.sleep(0.3)
+    writer = _started(tmp_path, True, 0.5, events, "writer")
+    time.sleep(0.3)                 # the writer waits for both readers by now
+    late = _started(tmp_path, False, 0.1, events, "reader-late")
+    for process in (first, second, writer, late):
+        process.join(20)
+        assert process.exitcode == 0
+    order = [(name, what) for name, what, _ in _timeline(events, 8)]
+    # Both readers in at once; the writer only once both are out, alone;
+    # the late reader only after the writer, though it came while readers held it.
+    assert {order[0][0], order[1][0]} == {"reader-1", "reader-2"} and order[0][1] == order[1][1] == "in"
+    assert order[4:] == [("writer", "in"), ("writer", "out"), ("reader-late", "in"),
+                         ("reader-late", "out")], order
+
+
+def test_a_process_that_shares_the_cluster_shares_it_again_without_queueing(tmp_path):
+    """A module's fixture holds a turn for its runs while its tests take
+    theirs: behind a waiting writer they would wait for ever."""
+    events = fork.Queue()
+    go = fork.Event()
+
+    def nested():
+        with cluster_turn(tmp_path, alone=False):
+            go.set()
+            time.sleep(0.5)          # a writer queues meanwhile
+            with cluster_turn(tmp_path, alone=False):
+                events.put(("test", "in", time.monotonic()))
+            events.put(("fixture", "out", time.monotonic()))
+
+    holder = fork.Process(target=nested)
+    holder.start()
+    writer = _started(tmp_path, True, 0.1, events, "writer", go)
+    for process in (holder, writer):
+        process.join(20)
+        assert process.exitcode == 0
+    order = [(name, what) for name, what, _ in _timeline(events, 4)]
+    assert order == [("test", "in"), ("fixture", "out"), ("writer", "in"), ("writer", "out")]
+
+
+def test_a_process_that_shares_the_cluster_cannot_wait_to_have_it_alone(tmp_path):
+    with cluster_turn(tmp_path, alone=False), pytest.raises(RuntimeError, match="wait on itself"):
+        with cluster_turn(tmp_path, alone=True):
+            pass
