@@ -51,7 +51,8 @@ test: lint cluster s3 postgres test-tools
 	exit $$(( rc || site2 ))
 
 # The tests that need neither Slurm nor a server (tests/conftest.py marks
-# the others `cluster`): under a minute, for the loop while editing.
+# the others `cluster`), two at a time: about half a minute, for the loop
+# while editing; hermetic, so a running dev stack (make up) is no matter.
 test-fast: lint postgres
 	$(BIN)/pytest -m "not cluster" -q -n 2
 

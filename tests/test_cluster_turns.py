@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.cluster_turns import cluster_turn
 
 fork = multiprocessing.get_context("fork")
+ROOT = Path(__file__).resolve().parent.parent
+# A group first (test_money's), plain tests, and the cluster_wide ones:
+# test_faults' three with their group, test_admin's one alone.
+ORDERED = ("tests/test_admin.py", "tests/test_faults.py", "tests/test_money.py")
 
 
 def _take_turn(state, alone, hold, events, name, go=None):
@@ -80,3 +85,32 @@ def test_a_process_that_shares_the_cluster_cannot_wait_to_have_it_alone(tmp_path
     with cluster_turn(tmp_path, alone=False), pytest.raises(RuntimeError, match="wait on itself"):
         with cluster_turn(tmp_path, alone=True):
             pass
+
+
+
+def _collected(*marks: str) -> list[str]:
+    """The order a session would hand these modules' tests out in,
+    collected in this process (no second interpreter to start)."""
+    class Items:
+        def pytest_collection_finish(self, session):
+            self.ids = [item.nodeid for item in session.items]
+    items = Items()
+    code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
+                        *[str(ROOT / module) for module in ORDERED], *marks], plugins=[items])
+    assert code == 0
+    return items.ids
+
+
+def test_workers_are_handed_the_groups_first_and_the_tests_that_need_the_cluster_alone_last():
+    """conftest's order: the tests around a module's fixture (test_money's
+    billing runs) first, the cluster_wide ones (with the rest of their
+    group: test_faults' stack) last."""
+    order = _collected()
+    alone = set(_collected("-m", "cluster_wide"))
+    first_alone = min(order.index(test) for test in alone)
+    assert all(test in alone or test.startswith("tests/test_faults.py")
+               for test in order[first_alone:]), order[first_alone:]
+    billing = [order.index(test) for test in order if test.startswith("tests/test_money.py")
+               and "spend_limit_stops" in test]
+    assert billing and billing[0] < order.index(next(t for t in order if "::" in t and
+                                                     t.startswith("tests/test_admin.py")))
