@@ -21,6 +21,9 @@ def create_app(test_config: dict | None = None, instance_path: str | None = None
     # templates/ sits at the repository's top, beside app/, as the design
     # card lays it out: pages are what a designer edits without reading
     # Python. static/ stays in app/ because Flask serves it from there.
+    # DIV_INSTANCE_PATH: the site's keys, settings and prices elsewhere than
+    # the checkout's instance/ (each of the tests' stacks has its own).
+    instance_path = instance_path or os.environ.get("DIV_INSTANCE_PATH") or None
     app = Flask(__name__, instance_relative_config=True, instance_path=instance_path,
                 template_folder=os.path.join(os.path.dirname(__file__), "..", "templates"))
     app.config.from_object(Config)

@@ -71,10 +71,13 @@ def pytest_collection_modifyitems(items):
         if {"slurm_cluster", "s3_server"} & set(item.fixturenames):
             item.add_marker(pytest.mark.cluster)
         # A module's fixture (its own stack, runs started early) is made
-        # once when the tests that use it run in one worker (--dist loadgroup).
+        # once when the tests that use it run in one worker (--dist loadgroup);
+        # those of them that need the cluster alone make it once more, so
+        # that the rest need not wait for the end with them.
         if any(definition.scope == "module" for definitions in
                item._fixtureinfo.name2fixturedefs.values() for definition in definitions):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+            alone = "-alone" if item.get_closest_marker("cluster_wide") else ""
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__ + alone))
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")

@@ -82,12 +82,19 @@ class Stack:
         return folder
 
     @property
+    def instance(self) -> Path:
+        return self.base / "instance"
+
+    @property
     def server_log(self) -> Path:
         return self.base / "pids" / "server.log"
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DIV_")}
         env.update(PORT=str(self.port), DIV_PID_DIR=str(self.base / "pids"),
+                   # Its own keys, site and price files: never the checkout's
+                   # instance/, which other workers' stacks and the dev stack use.
+                   DIV_INSTANCE_PATH=str(self.instance),
                    DATABASE_URL=self.database_url, DIV_DATA_DIR=str(self.data_dir),
                    DIV_RECONCILE_INTERVAL="0.3", FLASK_APP="wsgi.py",
                    # Never the dev stack's services.env (`make up`'s) in a test's stack.

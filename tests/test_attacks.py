@@ -349,10 +349,10 @@ def test_the_dashboard_and_api_behave_like_a_hardened_web_app(stack, project):
     stack.div("stop", "long-follow", cwd=project)
 
     # The server's own files are its user's alone.
-    for path in (stack.server_log, ROOT / "instance" / "secret_key", ROOT / "instance" / "secrets_key"):
+    for path in (stack.server_log, stack.instance / "secret_key", stack.instance / "secrets_key"):
         info = path.stat()
         assert stat.S_IMODE(info.st_mode) & 0o077 == 0, path
-    assert stat.S_IMODE((ROOT / "instance").stat().st_mode) == 0o700
+    assert stat.S_IMODE(stack.instance.stat().st_mode) == 0o700
 
 
 def test_no_metrics_line_request_or_volume_shape_takes_the_service_down(stack, project):

@@ -103,13 +103,13 @@ def _collected(*marks: str) -> list[str]:
 
 def test_workers_are_handed_the_groups_first_and_the_tests_that_need_the_cluster_alone_last():
     """conftest's order: the tests around a module's fixture (test_money's
-    billing runs) first, the cluster_wide ones (with the rest of their
-    group: test_faults' stack) last."""
+    billing runs, test_faults' stacks) first, the cluster_wide ones last
+    (test_faults' in a group of their own)."""
     order = _collected()
     alone = set(_collected("-m", "cluster_wide"))
     first_alone = min(order.index(test) for test in alone)
-    assert all(test in alone or test.startswith("tests/test_faults.py")
-               for test in order[first_alone:]), order[first_alone:]
+    assert set(order[first_alone:]) == alone, order[first_alone:]
+    assert order[0].startswith("tests/test_faults.py"), order[:3]
     billing = [order.index(test) for test in order if test.startswith("tests/test_money.py")
                and "spend_limit_stops" in test]
     assert billing and billing[0] < order.index(next(t for t in order if "::" in t and

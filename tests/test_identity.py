@@ -145,7 +145,7 @@ def test_a_run_sees_its_own_volumes_and_workspace_and_nothing_else(stack, projec
     (project / "probe.sh").write_text("echo probing\n")
     assert stack.div("storage", "put", "probe-vol", "probe.sh", cwd=project).returncode == 0
     off_limits = [stack.data_dir / "share/other/other-data", stack.data_dir / "runs",
-                  stack.data_dir, ROOT, ROOT / "instance", DEV_STATE, "/etc/munge", "/etc/slurm",
+                  stack.data_dir, ROOT, stack.instance, DEV_STATE, "/etc/munge", "/etc/slurm",
                   "/root", "/var/lib/postgresql"]
     probe = "; ".join(f'[ -e {p} ] && echo "reachable {p}"' for p in off_limits)
     done = stack.div("run", "--gpu", "cpu", "--name", "probes-isolation", "--",
