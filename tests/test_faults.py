@@ -55,6 +55,10 @@ def faulty(request, slurm_cluster):
     postgres = POSTGRES_URL if request.param == "postgresql" else None
     stack = start_stack(free_port(), postgres, "divergent_faults", settings)
     stack.hold = hold
+    # The org's Slurm account is made by its first run, as on a site whose
+    # orgs ran before slurmdbd failed (without slurmdbd it cannot be made).
+    warmed = stack.div("run", "--gpu", "cpu", "--no-upload", "--", "true", cwd=stack.base)
+    assert warmed.returncode == 0, warmed.stderr
     yield stack
     stop_stack(stack)
     shutil.rmtree(hold, ignore_errors=True)
