@@ -273,6 +273,22 @@ class SlurmClient:
                        *limit], ok_errors=("Nothing modified",))
         self._run(["sacctmgr", "-i", "add", "user", user, f"account={account}"],
                   ok_errors=nothing_new)
+        self._await_association(account, user)
+
+    def _await_association(self, account: str, user: str, timeout: float = 10.0) -> None:
+        """sacctmgr's change reaches slurmctld a moment after it returns
+        (slurmdbd sends it on): until then sbatch refuses the new account as
+        invalid, so the org's first run would fail. Wait until the
+        controller's own cache has the user in the account."""
+        shown = re.compile(rf"^ClusterName=\S+ Account={re.escape(account)} "
+                           rf"UserName={re.escape(user)}\(", re.M | re.I)
+        deadline = time.monotonic() + timeout
+        while not shown.search(self._run(["scontrol", "show", "assoc_mgr", "flags=assoc",
+                                          f"accounts={account}", f"users={user}"]).stdout):
+            if time.monotonic() > deadline:
+                raise SlurmError(f"slurmctld does not know account {account} {timeout:.0f} s "
+                                 "after it was made")
+            time.sleep(0.1)
 
 
 def _judged_sbatch(result: CommandResult) -> CommandResult:

@@ -234,10 +234,9 @@ def job_dirs(tmp_path):
 def stack(slurm_cluster):
     """The API server and reconciler on a fresh PostgreSQL database, with two
     orgs (e2e and other), each with a key."""
-    from tests.stack import start_stack, stop_stack
-    running = start_stack(free_port(), POSTGRES_URL, settings=notification_settings())
-    yield running
-    stop_stack(running)
+    from tests.stack import running_stack
+    with running_stack(free_port(), POSTGRES_URL, settings=notification_settings()) as running:
+        yield running
 
 
 def notification_settings() -> dict[str, str]:

@@ -3,6 +3,7 @@ API server (gunicorn, as `make up` starts it) on a free port, the reconciler,
 and the real `div` command run as a subprocess against them."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -209,15 +211,30 @@ def start_stack(port: int, postgres_admin_url: str | None,
     # one is a share not mounted: 503).
     stack.private_folder("data")
     stack.private_folder("data/share")
-    stack.flask("db", "upgrade")
-    if before_start is not None:
-        before_start(stack)      # the site's settings, made as its admin makes them
-    stack.services("start")
-    for org in ("e2e", "other"):
-        stack.add_org(org, (accounts or {}).get(org))
+    try:
+        stack.flask("db", "upgrade")
+        if before_start is not None:
+            before_start(stack)      # the site's settings, made as its admin makes them
+        stack.services("start")
+        for org in ("e2e", "other"):
+            stack.add_org(org, (accounts or {}).get(org))
+    except BaseException:
+        stop_stack(stack)
+        raise
     return stack
 
 
 def stop_stack(stack: Stack) -> None:
     stack.services("stop")
     shutil.rmtree(stack.base, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_stack(*args, **kwargs) -> Iterator[Stack]:
+    """start_stack's stack, stopped however the block ends: a fixture that
+    fails before its yield leaves no server running after the tests."""
+    stack = start_stack(*args, **kwargs)
+    try:
+        yield stack
+    finally:
+        stop_stack(stack)

@@ -224,14 +224,12 @@ def test_workers_and_threads_come_from_the_sites_settings_alone(slurm_cluster):
     scripts/services and the systemd unit alike (the unit once hard-coded
     4 x 128 while the env file said otherwise)."""
     from tests.sshd import free_port
-    from tests.stack import start_stack, stop_stack
-    sized = start_stack(free_port(), None, settings={"DIV_WORKERS": "3", "DIV_THREADS": "8"})
-    try:
+    from tests.stack import running_stack
+    with running_stack(free_port(), None, settings={"DIV_WORKERS": "3",
+                                                    "DIV_THREADS": "8"}) as sized:
         master = int((sized.base / "pids" / "server.pid").read_text())
         workers = subprocess.run(["pgrep", "-P", str(master)], capture_output=True,
                                  text=True).stdout.split()
         assert len(workers) == 3, workers
-    finally:
-        stop_stack(sized)
     unit = (ROOT / "deploy/systemd/divergent-server.service").read_text()
     assert "--workers" not in unit and "--threads" not in unit

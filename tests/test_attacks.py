@@ -26,7 +26,7 @@ from app.services.code import FileEntry, tree_hash
 from tests.buckets import s3_client
 from tests.serving import serving
 from tests.sshd import free_port
-from tests.stack import ROOT, SERVICE_USER, start_stack, stop_stack
+from tests.stack import ROOT, SERVICE_USER, running_stack
 
 
 def _run_document(stdout: bytes) -> dict:
@@ -703,11 +703,10 @@ def tight_stack(slurm_cluster):
     """A stack of its own with small limits, so stalls show in seconds: 16
     threads a worker (4 transfer slots), 2 an org, 3 s of silence a
     connection; its few files measured every 2 s."""
-    running = start_stack(free_port(), None, settings={
-        "DIV_THREADS": "16", "DIV_TRANSFERS_PER_ORG": "2", "DIV_CLIENT_IDLE_SECONDS": "3",
-        "DIV_CLIENT_HEADER_SECONDS": "3", "DIV_STORAGE_MEASURE_SECONDS": "2"})
-    yield running
-    stop_stack(running)
+    with running_stack(free_port(), None, settings={
+            "DIV_THREADS": "16", "DIV_TRANSFERS_PER_ORG": "2", "DIV_CLIENT_IDLE_SECONDS": "3",
+            "DIV_CLIENT_HEADER_SECONDS": "3", "DIV_STORAGE_MEASURE_SECONDS": "2"}) as running:
+        yield running
 
 
 def _stalled_upload(stack, org: str, path: str = "big.bin") -> socket.socket:

@@ -3,12 +3,15 @@ the runs list (filters, keyset pages, the HTMX partial) and a run's page.
 (Issue 6 adds the live log, Telemetry, volumes, spend and Chromium.)"""
 from __future__ import annotations
 
+import functools
 import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from werkzeug.security import generate_password_hash
 
 from app.extensions import db
 from app.models import Project, Run, User
@@ -18,6 +21,11 @@ from app.services.passwords import set_password
 PASSWORD = "correct horse battery"
 
 
+# scrypt costs a tenth of a second a time, by design: the fixture's users
+# get PASSWORD hashed once for the whole module (sign-in still checks it).
+hash_once = functools.cache(generate_password_hash)
+
+
 @pytest.fixture
 def app(app):
     """Two orgs, one with 60 runs; yielded outside the app context."""
@@ -25,7 +33,8 @@ def app(app):
         for org_name, username, runs in (("acme", "alice", 60), ("other", "bob", 1)):
             org = get_or_create_org(org_name)
             user = get_or_create_user(org, username)
-            set_password(user, PASSWORD)
+            with mock.patch("app.services.passwords.generate_password_hash", hash_once):
+                set_password(user, PASSWORD)
             project = Project(org_id=org.id, name=f"{org_name}-proj")
             db.session.add(project)
             db.session.flush()

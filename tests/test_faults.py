@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from tests.conftest import DEV_STATE, POSTGRES_URL
 from tests.sshd import free_port
-from tests.stack import ROOT, VENV_BIN, Stack, service_folder, start_stack, stop_stack
+from tests.stack import ROOT, VENV_BIN, Stack, running_stack, service_folder
 
 # Holds a real sbatch before or after it runs while a file is there, so the
 # server can be killed with a run recorded and its job not yet made, or made
@@ -53,15 +53,17 @@ def faulty(request, slurm_cluster):
     settings = {"PATH": f"{hold}:{VENV_BIN}:{os.environ['PATH']}",
                 "DIV_SUBMIT_GRACE": str(SUBMIT_GRACE)}
     postgres = POSTGRES_URL if request.param == "postgresql" else None
-    stack = start_stack(free_port(), postgres, "divergent_faults", settings)
-    stack.hold = hold
-    # The org's Slurm account is made by its first run, as on a site whose
-    # orgs ran before slurmdbd failed (without slurmdbd it cannot be made).
-    warmed = stack.div("run", "--gpu", "cpu", "--no-upload", "--", "true", cwd=stack.base)
-    assert warmed.returncode == 0, warmed.stderr
-    yield stack
-    stop_stack(stack)
-    shutil.rmtree(hold, ignore_errors=True)
+    try:
+        with running_stack(free_port(), postgres, "divergent_faults", settings) as stack:
+            stack.hold = hold
+            # The org's Slurm account is made by its first run, as on a site whose
+            # orgs ran before slurmdbd failed (without slurmdbd it cannot be made).
+            warmed = stack.div("run", "--gpu", "cpu", "--no-upload", "--", "true",
+                               cwd=stack.base)
+            assert warmed.returncode == 0, warmed.stderr
+            yield stack
+    finally:
+        shutil.rmtree(hold, ignore_errors=True)
 
 
 @pytest.fixture

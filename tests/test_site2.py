@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import POSTGRES_URL
 from tests.sshd import free_port
-from tests.stack import start_stack, stop_stack
+from tests.stack import running_stack
 
 pytestmark = pytest.mark.site2
 
@@ -39,11 +39,10 @@ def site2(slurm_cluster):
     assert {"gpu", "older", "batch"} <= set(partitions.stdout.split()), (
         "the dev cluster is not the site2 profile: DIV_DEV_PROFILE=site2 slurm/dev/up "
         "(make test does)\n" + partitions.stdout)
-    stack = start_stack(free_port(), POSTGRES_URL, database="divergent_site2",
-                        accounts={"e2e": "lab-e2e", "other": "lab-other"},
-                        before_start=set_up_the_site)
-    yield stack
-    stop_stack(stack)
+    with running_stack(free_port(), POSTGRES_URL, database="divergent_site2",
+                       accounts={"e2e": "lab-e2e", "other": "lab-other"},
+                       before_start=set_up_the_site) as stack:
+        yield stack
 
 
 def test_a_run_on_typed_gpus_prints_bills_and_exits_as_on_the_docs_cluster(site2, project):

@@ -15,7 +15,9 @@ from app.services.orgs import get_or_create_org
 from app.services.run_text import header_line, summary_line
 from app.services.runs import parse_request, size_run
 from app.services.slurm_access import ensure_org_account
+from slurm.client import SlurmClient
 from slurm.records import JobRecord
+from slurm.transport import CommandResult
 from tests.test_admin_commands import flask
 
 
@@ -72,6 +74,27 @@ def test_orgs_use_the_accounts_the_sites_admins_made_when_it_says_so(runner, app
     with app.app_context(), slurm_access.standing_in(scripted):
         ensure_org_account(get_or_create_org("vision"))
         assert scripted.accounts_made == ["lab-vision"]
+
+
+class SlowController:
+    """Slurm's answers with slurmdbd's news reaching slurmctld late: the
+    controller's cache shows a new association only on the third asking."""
+    user = "divergent"
+
+    def __init__(self):
+        self.asked = []
+
+    def run(self, argv, stdin=None, env=None):
+        self.asked.append(argv[:3])
+        known = sum(asked[:2] == ["scontrol", "show"] for asked in self.asked) >= 3
+        cached = "ClusterName=c Account=acme UserName=divergent(999) Partition=\n" if known else ""
+        return CommandResult(0, cached, "")
+
+
+def test_a_new_account_is_used_once_the_controller_knows_it():
+    slow = SlowController()
+    SlurmClient(slow).ensure_account("acme")
+    assert slow.asked == [["sacctmgr", "-i", "add"]] * 2 + [["scontrol", "show", "assoc_mgr"]] * 3
 
 
 @pytest.mark.parametrize("setting, says", [("make_accounts = 1", "true or false"),

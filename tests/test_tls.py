@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from tests.sshd import free_port, wait_for_port
-from tests.stack import ROOT, start_stack, stop_stack
+from tests.stack import ROOT, running_stack
 
 DEPLOY = ROOT / "deploy"
 
@@ -80,14 +80,13 @@ def nginx_in_front(stack, folder: Path):
 def site_behind_nginx(slurm_cluster, tmp_path_factory):
     """A stack configured as the README's login-node install (DIV_PROXY_HOPS=1,
     secure cookies) behind the shipped nginx site on a port that is not 443."""
-    proxied = start_stack(free_port(), None, settings={"DIV_PROXY_HOPS": "1",
-                                                       "DIV_SECURE_COOKIES": "1"})
-    front = nginx_in_front(proxied, tmp_path_factory.mktemp("site-tls"))
-    try:
-        yield proxied, *next(front)
-    finally:
-        front.close()
-        stop_stack(proxied)
+    with running_stack(free_port(), None, settings={"DIV_PROXY_HOPS": "1",
+                                                    "DIV_SECURE_COOKIES": "1"}) as proxied:
+        front = nginx_in_front(proxied, tmp_path_factory.mktemp("site-tls"))
+        try:
+            yield proxied, *next(front)
+        finally:
+            front.close()
 
 
 def test_the_dashboard_signs_in_through_nginx_on_any_port(site_behind_nginx):
