@@ -271,14 +271,15 @@ class SlurmClient:
         if limit:    # an account made before, by an earlier version or an admin
             self._run(["sacctmgr", "-i", "modify", "account", "where", f"name={account}", "set",
                        *limit], ok_errors=("Nothing modified",))
-        self._run(["sacctmgr", "-i", "add", "user", user, f"account={account}"],
-                  ok_errors=nothing_new)
-        self._await_association(account, user)
+        added = self._run(["sacctmgr", "-i", "add", "user", user, f"account={account}"],
+                          ok_errors=nothing_new)
+        if not any(text in added.stdout + added.stderr for text in nothing_new):
+            self._await_association(account, user)
 
     def _await_association(self, account: str, user: str, timeout: float = 10.0) -> None:
-        """sacctmgr's change reaches slurmctld a moment after it returns
-        (slurmdbd sends it on): until then sbatch refuses the new account as
-        invalid, so the org's first run would fail. Wait until the
+        """A new association reaches slurmctld a moment after sacctmgr
+        returns (slurmdbd sends it on): until then sbatch refuses the account
+        as invalid, and the org's first run would fail. Wait until the
         controller's own cache has the user in the account."""
         shown = re.compile(rf"^ClusterName=\S+ Account={re.escape(account)} "
                            rf"UserName={re.escape(user)}\(", re.M | re.I)

@@ -15,13 +15,19 @@ import shutil
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from slurm.client import SubmitNotReceived
+from slurm.pyslurm_client import PyslurmClient
+from slurm.script import render_batch_script
 from tests.conftest import DEV_STATE, POSTGRES_URL
+from tests.jobs import SITE, spec_for
 from tests.sshd import free_port
 from tests.stack import ROOT, VENV_BIN, Stack, running_stack, service_folder
 
@@ -268,11 +274,31 @@ def test_a_server_killed_before_sbatch_leaves_a_run_settled_as_never_submitted(f
         capture_output=True, text=True).stdout.split()), 30, "its job was not canceled")
 
 
-@ON_POSTGRESQL_ALONE
 # --- Slurm's daemons ----------------------------------------------------
 
+def _schedule(stack: Stack, name: str) -> dict:
+    return next(row for row in stack.api("GET", "/schedules").json()["schedules"]
+                if row["name"] == name)
+
+
+def _schedule_due_now(stack: Stack, name: str) -> None:
+    """The schedule comes due now, as the clock would make it."""
+    engine = sa.create_engine(stack.database_url)
+    with engine.begin() as db:
+        db.execute(sa.text("UPDATE schedule SET next_at = :now WHERE name = :name"),
+                   {"now": datetime.now(UTC), "name": name})
+    engine.dispose()
+
+
+@ON_POSTGRESQL_ALONE
 @pytest.mark.cluster_wide   # stops slurmctld
-def test_slurmctld_down_refuses_new_runs_and_loses_nothing_of_live_ones(faulty, code):
+def test_slurmctld_down_refuses_new_runs_and_loses_nothing_of_live_ones(faulty, code, tmp_path):
+    """One outage of the controller, every promise made about it asked at
+    once (each waits out Slurm's own retries, about 9 s a command): a new
+    run is not taken and its name stays free, the doctor says what is
+    wrong, pyslurm's submit is judged as sbatch's answer, a schedule that
+    comes due is tried again; live runs end unseen and settle once it is
+    back, the schedule starts one run."""
     names = [detached(faulty, code, "--", f"echo started; sleep 6; echo run {i} ended")
              for i in range(2)]
     # Their commands run (a job whose step the controller has not made yet
@@ -281,14 +307,40 @@ def test_slurmctld_down_refuses_new_runs_and_loses_nothing_of_live_ones(faulty, 
                       (faulty.data_dir / "runs" / "e2e" / n / "stdout").read_bytes() and
                       faulty.run_json(n)["status"] == "running" for n in names), 30,
           "the runs did not start")
+    (code / "eval.py").write_text("print('evaluated')\n")
+    made = faulty.div("schedule", "create", "--cron", "0 3 * * *", "--name", "through-outage",
+                      "--", "--gpu", "cpu", "eval.py", cwd=code)
+    assert made.returncode == 0, made.stderr
     stop_daemon("slurmctld")
+    stopped = time.monotonic()
     try:
-        down = faulty.div("run", "--gpu", "cpu", "--no-upload", "--name", "ctl-down", "--",
-                          "true", cwd=code)
+        _schedule_due_now(faulty, "through-outage")
+        script = render_batch_script(spec_for([tmp_path / d for d in ("state", "org", "code")],
+                                              "true"), SITE)
+        with ThreadPoolExecutor() as asking:
+            down = asking.submit(faulty.div, "run", "--gpu", "cpu", "--no-upload", "--name",
+                                 "ctl-down", "--", "true", cwd=code)
+            sick = asking.submit(faulty.flask, "doctor", check=False)
+            submitted = asking.submit(PyslurmClient().submit, script)
+        down, sick = down.result(), sick.result()
+        # A run asked for now is not refused: the service is unavailable (503).
         assert down.returncode == 1
         assert last_line(down).startswith("Slurm did not take the run: Slurm's controller "
                                           "does not answer (")
-        time.sleep(8)   # the runs end while nobody can ask Slurm
+        assert "nothing was started, try again" in down.stderr.decode()
+        assert sick.returncode == 1 and "problems found" in sick.stderr
+        lines = sick.stdout.splitlines()
+        assert lines[1].startswith("ok  database")
+        assert "BAD Slurm: Slurm's controller does not answer through this host" in lines[2]
+        assert "slurmctld running" in lines[2]
+        assert lines[3] == "BAD accounting: not checked: Slurm does not answer"
+        with pytest.raises(SubmitNotReceived, match="^Slurm's controller does not answer \\("):
+            submitted.result()
+        # The due schedule started nothing, said so, and tries again.
+        row = _wait(lambda: _schedule(faulty, "through-outage")["last_error"] and
+                    _schedule(faulty, "through-outage"), 30, "the schedule did not fire")
+        assert "trying again at" in row["last_error"] and row["last_run"] is None, row
+        time.sleep(max(0.0, stopped + 8 - time.monotonic()))   # the runs end unseen
         # Nothing marked wrongly (one may have ended before the controller went).
         assert {faulty.run_json(n)["status"] for n in names} <= {"running", "succeeded"}
     finally:
@@ -300,6 +352,16 @@ def test_slurmctld_down_refuses_new_runs_and_loses_nothing_of_live_ones(faulty, 
     recovered = time.monotonic() - back
     assert recovered < 30, recovered
     assert faulty.api("GET", "/runs/ctl-down").status_code == 404   # its name is free
+    # Tried again half a minute after it failed, it starts one run, and the
+    # schedule is due next at 03:00 again.
+    row = _wait(lambda: _schedule(faulty, "through-outage")["last_run"] and
+                _schedule(faulty, "through-outage"), 60, "the schedule did not start its run")
+    assert faulty.wait_for_status(row["last_run"], "succeeded", timeout=60)["status"] == \
+        "succeeded"
+    runs = [r for r in faulty.api("GET", "/runs", params={"limit": 50}).json()["runs"]
+            if r["schedule"] == "through-outage"]
+    assert len(runs) == 1 and row["next_at"].endswith("T03:00:00Z"), (runs, row)
+    assert faulty.div("schedule", "rm", "through-outage", cwd=code).returncode == 0
     charges_reconcile(faulty)
 
 

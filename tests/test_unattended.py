@@ -8,9 +8,6 @@ import os
 import socket
 import subprocess
 import time
-from datetime import UTC, datetime
-
-import pytest
 
 from tests.stack import VENV_BIN
 
@@ -83,48 +80,6 @@ def test_a_schedule_starts_its_run_within_a_minute(stack, project):
     assert stack.api("DELETE", "/schedules/every-minute", org="other").status_code == 404
     assert stack.div("schedule", "rm", "every-minute", cwd=project).returncode == 0
     assert stack.api("GET", "/schedules").json()["schedules"] == []
-
-
-@pytest.mark.cluster_wide   # stops slurmctld
-def test_a_schedule_due_while_slurm_is_away_starts_once_it_is_back(stack, project):
-    """Slurm's controller stopped; the schedule comes due (its next_at set to
-    now, as the clock would): the firing starts nothing and says so, then is
-    tried again until the controller is back, and starts one run."""
-    import sqlalchemy as sa
-
-    from tests.test_faults import start_daemons, stop_daemon
-    (project / "eval.py").write_text("print('evaluated')\n")
-    made = stack.div("schedule", "create", "--cron", "0 3 * * *", "--name", "through-outage",
-                     "--", "--gpu", "cpu", "eval.py", cwd=project)
-    assert made.returncode == 0, made.stderr
-    engine = sa.create_engine(stack.database_url.replace("postgresql://", "postgresql+psycopg://"))
-    stop_daemon("slurmctld")
-    try:
-        with engine.begin() as db:
-            db.execute(sa.text("UPDATE schedule SET next_at = :now WHERE name = 'through-outage'"),
-                       {"now": datetime.now(UTC)})
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            row = stack.api("GET", "/schedules").json()["schedules"][0]
-            if row["last_error"]:
-                break
-            time.sleep(0.5)
-        assert "trying again at" in row["last_error"], row
-        assert row["last_run"] is None
-    finally:
-        start_daemons()
-        engine.dispose()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not row["last_run"]:
-        time.sleep(1)
-        row = stack.api("GET", "/schedules").json()["schedules"][0]
-    assert row["last_run"], row
-    assert stack.wait_for_status(row["last_run"], "succeeded", timeout=60)
-    # One run for the outage, and the schedule is due next at 03:00 again.
-    runs = [r for r in stack.api("GET", "/runs", params={"limit": 50}).json()["runs"]
-            if r["schedule"] == "through-outage"]
-    assert len(runs) == 1 and row["next_at"].endswith("T03:00:00Z"), (runs, row)
-    assert stack.div("schedule", "rm", "through-outage", cwd=project).returncode == 0
 
 
 def test_small_words_a_cron_user_meets(stack, project):
