@@ -82,7 +82,8 @@ def _follow_when_there_is_a_slot(stack, name: str) -> requests.Response:
 
 def test_fifty_followers_and_div_run_still_answers(stack, project):
     (project / "tick.py").write_text(
-        "import time\nfor i in range(60):\n    print(i, flush=True)\n    time.sleep(0.5)\n")
+        # Until stopped: under load the test's own steps outlast half a minute.
+        "import time\nfor i in range(1200):\n    print(i, flush=True)\n    time.sleep(0.5)\n")
     started = stack.div("run", "--gpu", "cpu", "-d", "--name", "watched", "tick.py", cwd=project)
     assert started.returncode == 0, started.stderr
     ends, first_events = [], threading.Semaphore(0)
