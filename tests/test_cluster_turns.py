@@ -5,6 +5,8 @@ cluster alone, and a reader that comes while a writer waits goes after it."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -114,3 +116,53 @@ def test_workers_are_handed_the_groups_first_and_the_tests_that_need_the_cluster
                and "spend_limit_stops" in test]
     assert billing and billing[0] < order.index(next(t for t in order if "::" in t and
                                                      t.startswith("tests/test_admin.py")))
+
+
+CHAIN = '''
+import os, time, pytest
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def stack(request):
+    return request.param
+
+def ran(name):
+    with open(os.environ["RAN_LOG"], "a") as log:
+        log.write(f"{name} {os.environ['PYTEST_XDIST_WORKER']}\\n")
+    time.sleep(0.2)
+
+@pytest.mark.parametrize("n", range(4))
+def test_chained(stack, n): ran(f"chained-{stack}")
+
+@pytest.mark.parametrize("stack", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("n", range(3))
+@pytest.mark.cluster_wide
+def test_alone(stack, n): ran("alone")
+
+@pytest.mark.parametrize("n", range(8))
+def test_plain(n): ran("plain")
+'''
+
+
+def test_workers_keep_each_group_and_plain_tests_spread(tmp_path):
+    """pytest-xdist's --dist loadgroup, given conftest's groups, runs each
+    module fixture's tests (and their cluster_wide ones, apart) on one
+    worker: the fixture is made once, and the turns never see a chain cut
+    (pytest 9.2 silently broke loadgroup: requirements-dev.txt)."""
+    (tmp_path / "conftest.py").write_text(
+        "from tests.conftest import (pytest_collection_modifyitems,\n"
+        "    pytest_collection_modifyitems_in_turns, pytest_configure)\n")
+    (tmp_path / "test_chain.py").write_text(CHAIN)
+    log = tmp_path / "ran.log"
+    done = subprocess.run([str(ROOT / ".venv/bin/pytest"), "-q", "-p", "no:cacheprovider",
+                           "-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder",
+                           "--rootdir", str(tmp_path), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RAN_LOG": str(log), "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    workers: dict[str, set[str]] = {}
+    for line in log.read_text().splitlines():
+        name, worker = line.split()
+        workers.setdefault(name, set()).add(worker)
+    assert [len(workers[name]) for name in ("chained-sqlite", "chained-postgresql", "alone")] == \
+        [1, 1, 1], workers
+    assert len(workers["plain"]) > 1, workers
