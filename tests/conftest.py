@@ -25,6 +25,12 @@ from tests.cluster_turns import cluster_turn
 from tests.sshd import free_port, running_sshd
 from tests.stack import fresh_postgres_database
 
+# The groups and order workers get tests in (pytest-xdist): hooks of this conftest.
+from tests.turn_order import (  # noqa: F401
+    pytest_collection_modifyitems,
+    pytest_collection_modifyitems_in_turns,
+)
+
 DEV_STATE = Path(os.environ.get("DIV_DEV_STATE", "/var/lib/div-dev"))
 CHECKOUT_INSTANCE = Path(__file__).resolve().parent.parent / "instance"
 INSTANCE_BEFORE = pytest.StashKey[set]()
@@ -63,42 +69,6 @@ def pytest_sessionfinish(session):
         session.config.get_terminal_writer().line(
             "tests left files in the checkout's instance/: " + ", ".join(leaked), red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-@pytest.hookimpl(tryfirst=True)     # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if {"slurm_cluster", "s3_server"} & set(item.fixturenames):
-            item.add_marker(pytest.mark.cluster)
-        # A module's fixture (its own stack, runs started early) is made
-        # once when the tests that use it run in one worker (--dist loadgroup);
-        # those of them that need the cluster alone make it once more, so
-        # that the rest need not wait for the end with them.
-        if any(definition.scope == "module" for definitions in
-               item._fixtureinfo.name2fixturedefs.values() for definition in definitions):
-            alone = "-alone" if item.get_closest_marker("cluster_wide") else ""
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__ + alone))
-
-
-@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
-def pytest_collection_modifyitems_in_turns(items):
-    """The order workers are handed tests in (--no-loadscope-reorder), after
-    pytest's own ordering by fixture: first the groups (a module's chain of
-    tests, often around runs that wait minutes for Slurm), so that they
-    overlap the rest; last the tests that have the cluster alone, with
-    their groups, so that none waits mid-run for the others to drain."""
-    alone = {_group(item) for item in items if item.get_closest_marker("cluster_wide")}
-
-    def turn(item) -> int:
-        if _group(item) in alone:
-            return 2
-        return 0 if item.get_closest_marker("xdist_group") else 1
-    items.sort(key=turn)
-
-
-def _group(item) -> str:
-    marker = item.get_closest_marker("xdist_group")
-    return marker.args[0] if marker else item.nodeid
 
 
 @pytest.fixture

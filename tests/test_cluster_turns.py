@@ -128,7 +128,7 @@ def stack(request):
 def ran(name):
     with open(os.environ["RAN_LOG"], "a") as log:
         log.write(f"{name} {os.environ['PYTEST_XDIST_WORKER']}\\n")
-    time.sleep(0.2)
+    time.sleep(0.1)
 
 @pytest.mark.parametrize("n", range(4))
 def test_chained(stack, n): ran(f"chained-{stack}")
@@ -136,7 +136,7 @@ def test_chained(stack, n): ran(f"chained-{stack}")
 @pytest.mark.parametrize("stack", ["postgresql"], indirect=True)
 @pytest.mark.parametrize("n", range(3))
 @pytest.mark.cluster_wide
-def test_alone(stack, n): ran("alone")
+def test_alone(stack, n): ran("alone")    # cluster_wide: unregistered here, a warning
 
 @pytest.mark.parametrize("n", range(8))
 def test_plain(n): ran("plain")
@@ -149,12 +149,12 @@ def test_workers_keep_each_group_and_plain_tests_spread(tmp_path):
     worker: the fixture is made once, and the turns never see a chain cut
     (pytest 9.2 silently broke loadgroup: requirements-dev.txt)."""
     (tmp_path / "conftest.py").write_text(
-        "from tests.conftest import (pytest_collection_modifyitems,\n"
-        "    pytest_collection_modifyitems_in_turns, pytest_configure)\n")
+        "from tests.turn_order import (pytest_collection_modifyitems,\n"
+        "    pytest_collection_modifyitems_in_turns)\n")
     (tmp_path / "test_chain.py").write_text(CHAIN)
     log = tmp_path / "ran.log"
     done = subprocess.run([str(ROOT / ".venv/bin/pytest"), "-q", "-p", "no:cacheprovider",
-                           "-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder",
+                           "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder",
                            "--rootdir", str(tmp_path), str(tmp_path)],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "RAN_LOG": str(log), "PYTHONPATH": str(ROOT)})

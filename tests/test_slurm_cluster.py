@@ -175,7 +175,7 @@ def test_the_three_ways_in_agree_record_for_record(sshd, slurm_cluster, tmp_path
 # three may land on different nodes, or other devices of one.
 VARYING = re.compile(r"(SLURM_JOBID|SLURM_JOB_ID|\w*MASTER_PORT|SLURM_SRUN_COMM_PORT|"
                      r"SLURM_STEP_LAUNCHER_PORT|SLURM_TASK_PID|SLURM_SUBMIT_DIR|PWD|OLDPWD|"
-                     r"HOSTNAME|SLURMD_NODENAME|SLURM_(JOB_)?NODELIST|SLURM_TOPOLOGY_ADDR|"
+                     r"HOSTNAME|SLURMD_NODENAME|SLURM_(JOB_|STEP_)?NODELIST|SLURM_TOPOLOGY_ADDR|"
                      r"\w*MASTER_ADDR|CUDA_VISIBLE_DEVICES|GPU_DEVICE_ORDINAL|SLURM_(JOB|STEP)_GPUS)=")
 
 
