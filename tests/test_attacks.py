@@ -813,8 +813,9 @@ def test_a_plain_log_read_is_bounded_however_large_the_log(stack, project):
 def test_parallel_runs_never_share_what_is_left_of_the_orgs_limit(stack):
     stack.add_org("tight-limit")
     stack.flask("org-limit", "tight-limit", "0.01")     # two minutes of one core
-    # Longer than any request may wait under load: a run that had ended would
-    # give back what it held to a request not yet answered (seen: 2 of 20).
+    # Longer than any request may wait under load, so no run ends and gives
+    # back its hold mid-test. (2 of 20 were still admitted once with this:
+    # a race in the spend hold itself, open.)
     body = {"project": "p", "command": "sleep 600", "gpu": "cpu"}
     answers = []
 
