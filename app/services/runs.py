@@ -9,6 +9,7 @@ import os
 import re
 import secrets
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
@@ -257,26 +258,36 @@ def _project(org: Org, name: str) -> Project:
     return project
 
 
-def _generated_name(length: int) -> str:
+def free_name(prefix: str, taken: Callable[[str], bool]) -> str:
+    """A generated name that `taken` finds free: the prefix and four base-36
+    characters, longer after collisions. Asked under the org's hold
+    (sized_under_lock), which every insert of a run or sweep takes, so the
+    name is still free at the commit: no insert fails on a name, rolls
+    back (which ends the hold) and is tried again unheld."""
     alphabet = string.ascii_lowercase + string.digits
-    return "run-" + "".join(secrets.choice(alphabet) for _ in range(length))
-
-
-def _insert_with_name(run: Run, wanted: str | None) -> Run | None:
-    """Unique in the org: run- and four base-36 characters, longer on
-    collision. Committed: the run is on record before its job exists.
-    Returns the run a request with the same key made meanwhile, if one did
-    (a retry that came while the first request was still at work)."""
     for attempt in range(8):
-        run.name = wanted or _generated_name(4 + attempt // 2)
-        if add_unique(run):
-            return None
-        made = run_for_request_key(run.org_id, run.request_key)
-        if made is not None:
-            return made
-        if wanted:
-            raise Conflict(f"a run named {wanted} already exists")
-    raise Conflict("could not find a free run name; try again")
+        name = prefix + "".join(secrets.choice(alphabet) for _ in range(4 + attempt // 2))
+        if not taken(name):
+            return name
+    raise Conflict("could not find a free name; try again")
+
+
+def _run_named(org_id: int, name: str) -> bool:
+    return db.session.execute(
+        db.select(Run.id).filter_by(org_id=org_id, name=name)).first() is not None
+
+
+def insert_run(run: Run, wanted: str | None) -> Run | None:
+    """Unique in the org, committed: the run is on record before its job
+    exists. Returns the run a request with the same key made meanwhile, if
+    one did (a retry that came while the first request was still at work)."""
+    run.name = wanted or free_name("run-", lambda name: _run_named(run.org_id, name))
+    if add_unique(run):
+        return None
+    made = run_for_request_key(run.org_id, run.request_key)
+    if made is not None:
+        return made
+    raise Conflict(f"a run named {run.name} already exists")
 
 
 @dataclass
@@ -513,7 +524,7 @@ def create_run(user: User, req: RunRequest, request_key: str | None = None,
                   schedule_name=schedule_name)
     run.mounts = [{"url": location.url, "path": f"/mnt/{volume}", "copy": copy}
                   for (location, volume), copy in zip(req.mounts, req.copies, strict=True)]
-    made = _insert_with_name(run, req.name)
+    made = insert_run(run, req.name)
     if made is not None:
         return made
     state = run_dir(org, run.name)

@@ -11,9 +11,7 @@ import contextlib
 import itertools
 import math
 import os
-import secrets
 import shutil
-import string
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -33,6 +31,7 @@ from app.services.runs import (
     SubmitUnsure,
     check_may_start,
     check_run,
+    free_name,
     job_script,
     new_run,
     not_taken,
@@ -129,11 +128,6 @@ def _member_sizing(org: Org, sizing: Sizing, size: int) -> Sizing:
     return sizing
 
 
-def _generated_name(attempt: int) -> str:
-    alphabet = string.ascii_lowercase + string.digits
-    return SWEEP_PREFIX + "".join(secrets.choice(alphabet) for _ in range(4 + attempt // 2))
-
-
 def sweep_dir(org: Org, name: str) -> str:
     """The sweep's folder: its batch script and Slurm's own log of each member."""
     return data_path("sweeps", org.name, name)
@@ -141,23 +135,28 @@ def sweep_dir(org: Org, name: str) -> str:
 
 def _insert(org: Org, request_key: str | None,
             make: Callable[[str], tuple[Sweep, list[Run]]]) -> tuple[Sweep, list[Run]] | None:
-    """The sweep and its runs, made by `make` for a name and committed
-    together; made again under another name when one is taken (a run of
-    the org may be called sweep-k4t9-0). None when a request with the same
-    key made its sweep meanwhile (a retry that came while the first request
-    was still at work)."""
-    for attempt in range(8):
-        sweep, runs = make(_generated_name(attempt))
-        db.session.add(sweep)
-        db.session.add_all(runs)
-        try:
-            db.session.commit()
-            return sweep, runs
-        except sa.exc.IntegrityError:
-            db.session.rollback()
-            if sweep_for_request_key(org.id, request_key) is not None:
-                return None
-    raise Conflict("could not find a free sweep name; try again")
+    """The sweep and its runs, made by `make` for a free name and committed
+    together (a run's own name never starts with sweep-, so a free sweep
+    name frees its members' names). None when a request with the same key
+    made its sweep meanwhile (a retry that came while the first request was
+    still at work)."""
+    sweep, runs = make(free_name(SWEEP_PREFIX, lambda name: _sweep_named(org.id, name)))
+    db.session.add(sweep)
+    db.session.add_all(runs)
+    try:
+        db.session.commit()
+        return sweep, runs
+    except sa.exc.IntegrityError:
+        db.session.rollback()
+        if sweep_for_request_key(org.id, request_key) is not None:
+            return None
+        raise Conflict(f"a sweep named {sweep.name} was made at the same time; try again") \
+            from None
+
+
+def _sweep_named(org_id: int, name: str) -> bool:
+    return db.session.execute(
+        db.select(Sweep.id).filter_by(org_id=org_id, name=name)).first() is not None
 
 
 def create_sweep(user: User, req: RunRequest, axes_value: object,
