@@ -71,6 +71,22 @@ def pytest_sessionfinish(session):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus):
+    """When tests failed, what became of the dev cluster: a daemon that died
+    mid-run (slurmdbd ends itself on some database errors) fails every
+    later test that waits for Slurm, and CI keeps no logs but this output."""
+    if exitstatus == 0 or not (DEV_STATE / "run").is_dir():
+        return
+    for pid_file in sorted((DEV_STATE / "run").glob("*.up.pid")):
+        daemon = pid_file.name.removesuffix(".up.pid")
+        if not Path(f"/proc/{pid_file.read_text().strip()}").exists():
+            terminalreporter.write_line(f"dev cluster: {daemon} is not running", red=True)
+    for log in sorted((DEV_STATE / "log").glob("*.log")):
+        with log.open(errors="replace") as lines:
+            for line in (line for line in lines if "fatal" in line):
+                terminalreporter.write_line(f"dev cluster: {log.name}: {line.rstrip()}", red=True)
+
+
 @pytest.fixture
 def app_config(tmp_path) -> dict:
     """What `app` is made with; a module overrides it to change a setting."""

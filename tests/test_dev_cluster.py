@@ -29,6 +29,15 @@ def test_a_second_up_changes_nothing(slurm_cluster):
     assert Path("/etc/slurm/slurm.conf").stat().st_mtime_ns == config
 
 
+def test_slurmdbd_outlives_a_long_lock_wait_in_its_database(slurm_cluster):
+    # slurmdbd exits on MariaDB's first lock wait timeout (50 s by default):
+    # parallel account making once took it down for the rest of a CI run.
+    waited = subprocess.run(["mariadb", "-h", "127.0.0.1", "-u", "root", "-N", "-e",
+                             "select @@global.innodb_lock_wait_timeout"],
+                            capture_output=True, text=True, check=True).stdout
+    assert int(waited) >= 900
+
+
 def test_every_node_declares_the_gpus_cores_and_memory_the_product_sells(slurm_cluster):
     nodes = subprocess.run(["sinfo", "-h", "-N", "-p", "cpu", "-o", "%N|%c|%m|%G"],
                            capture_output=True, text=True, check=True).stdout.split()

@@ -34,6 +34,8 @@ NODE_PARTS=${DIV_DEV_NODE_PARTS:-/usr/local/lib/divergent}
 S3_PORT=${DIV_S3_PORT:-18080}
 PIDS_MAX=${DIV_DEV_PIDS_MAX:-4096}
 DB_PASSWORD=${DIV_DEV_DB_PASSWORD:-div-dev-slurm}
+# Seconds an accounting query may wait for a lock (Slurm's recommended value).
+DB_LOCK_WAIT=900
 
 say() { echo "slurm/dev: $*" >&2; }
 die() { say "error: $*"; exit 1; }
