@@ -71,6 +71,16 @@ def pytest_sessionfinish(session):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def process_alive(pid: int) -> bool:
+    """The process exists and is not a zombie: this machine's init reaps
+    orphans slowly, so a dead daemon lingers as Z for a while."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus):
     """When tests failed, what became of the dev cluster: a daemon that died
     mid-run (slurmdbd ends itself on some database errors) fails every
@@ -79,11 +89,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus):
         return
     for pid_file in sorted((DEV_STATE / "run").glob("*.up.pid")):
         daemon = pid_file.name.removesuffix(".up.pid")
-        if not Path(f"/proc/{pid_file.read_text().strip()}").exists():
+        if not process_alive(int(pid_file.read_text())):
             terminalreporter.write_line(f"dev cluster: {daemon} is not running", red=True)
     for log in sorted((DEV_STATE / "log").glob("*.log")):
         with log.open(errors="replace") as lines:
-            for line in (line for line in lines if "fatal" in line):
+            for line in (line for line in lines if "fatal:" in line):
                 terminalreporter.write_line(f"dev cluster: {log.name}: {line.rstrip()}", red=True)
 
 

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from slurm.client import SubmitNotReceived
 from slurm.pyslurm_client import PyslurmClient
 from slurm.script import render_batch_script
-from tests.conftest import DEV_STATE, POSTGRES_URL
+from tests.conftest import DEV_STATE, POSTGRES_URL, process_alive
 from tests.jobs import SITE, spec_for
 from tests.sshd import free_port
 from tests.stack import ROOT, VENV_BIN, Stack, running_stack, service_folder
@@ -94,7 +94,7 @@ def kill_server(stack: Stack) -> None:
     for pid in [master, *_descendants(master)]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    _wait(lambda: not _alive(master), 10, "the server did not die")
+    _wait(lambda: not process_alive(master), 10, "the server did not die")
 
 
 def _unnamed_upload_bytes(stack: Stack, volume: Path) -> int:
@@ -112,14 +112,6 @@ def _unnamed_upload_bytes(stack: Stack, volume: Path) -> int:
     return written
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _wait(condition, timeout: float, message: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -134,7 +126,7 @@ def stop_daemon(name: str) -> None:
     """Stops one of the dev cluster's daemons (slurm/dev/up starts it again)."""
     pid = int((DEV_STATE / "run" / f"{name}.up.pid").read_text())
     os.kill(pid, signal.SIGTERM)
-    _wait(lambda: not _alive(pid), 60, f"{name} did not stop")
+    _wait(lambda: not process_alive(pid), 60, f"{name} did not stop")
 
 
 def start_daemons() -> None:
@@ -572,7 +564,7 @@ def test_the_database_unavailable_is_a_503_and_everything_settles_after(faulty, 
     back = time.monotonic()
     run = faulty.wait_for_status(name, "succeeded", timeout=60)
     assert time.monotonic() - back < 40
-    assert _alive(reconciler)                        # it outlived the outage
+    assert process_alive(reconciler)                # it outlived the outage
     logs = followed(faulty, code, name)
     assert (logs.returncode, logs.stdout) == (0, b"survived\n")
     assert run["cost"] != "0.00"

@@ -35,6 +35,7 @@ S3_PORT=${DIV_S3_PORT:-18080}
 PIDS_MAX=${DIV_DEV_PIDS_MAX:-4096}
 DB_PASSWORD=${DIV_DEV_DB_PASSWORD:-div-dev-slurm}
 # Seconds an accounting query may wait for a lock (Slurm's recommended value).
+# Not a setting: slurmdbd exits on a shorter wait that runs out (slurm/dev/up).
 DB_LOCK_WAIT=900
 
 say() { echo "slurm/dev: $*" >&2; }
