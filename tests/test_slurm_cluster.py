@@ -240,20 +240,36 @@ def _wait_running(slurm: SlurmClient, job: str) -> None:
     raise AssertionError(f"job {job} did not start")
 
 
+def _b300s_held(slurm: SlurmClient) -> int:
+    return sum(n.gpus_used.get("b300", 0) for n in slurm.nodes().values())
+
+
+# One worker takes the three ways in, one after another: each holds the same
+# B300s, which no other test's runs ask for, so what sinfo counts is this job's.
+@pytest.mark.xdist_group("sinfo-b300")
 def test_sinfo_counts_the_gpus_a_running_job_holds(slurm, job_dirs):
-    # B300s: no other test's runs hold them, so what sinfo counts is this job's.
-    before = sum(n.gpus_used.get("b300", 0) for n in slurm.nodes().values())
-    assert before == 0
+    assert _b300s_held(slurm) == 0
     job = submit(slurm, spec_for(job_dirs, "sleep 60", gpu_type="b300", gpus=3, cpus=3,
                                  memory_gib=8))
     try:
         _wait_running(slurm, job)
         nodes = slurm.nodes()
         assert sorted(nodes) == ["node1", "node2", "node3", "node4"]
-        assert sum(n.gpus_used.get("b300", 0) for n in nodes.values()) == 3
+        assert _b300s_held(slurm) == 3
         assert sum(n.cpus_used for n in nodes.values()) >= 3
         b300 = next(row for row in gpu_capacity(list(nodes.values()), SITE)
                     if row.gpu_type == "b300")
         assert (b300.total, b300.used, b300.free, b300.unavailable) == (32, 3, 29, 0)
     finally:
         slurm.cancel(job)
+        _wait_released(slurm)
+
+
+def _wait_released(slurm: SlurmClient) -> None:
+    """A cancelled job holds its GPUs while it completes; the next way in
+    counts from zero."""
+    for _ in range(300):
+        if _b300s_held(slurm) == 0:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the cancelled job still holds its B300s after 30 s")
