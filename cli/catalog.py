@@ -14,6 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cli.api import ApiError, ApiUnreachable
+from divergent.terms import (
+    CORES_PER_UNIT,
+    CPU,
+    GIB_PER_CPU,
+    GIB_PER_GPU,
+    GPU_TYPES,
+    GPUS_PER_NODE,
+    NODE_CORES,
+    NODE_GIB,
+)
 
 CACHE_SECONDS = 60
 
@@ -22,11 +32,11 @@ CACHE_SECONDS = 60
 class Hardware:
     """One type of the catalog, as the CLI checks flags against it."""
     gpu: bool = True
-    per_node: int = 8
-    cores: int = 1
-    memory_gib: int = 8
-    node_cores: int = 64
-    node_gib: int = 336
+    per_node: int = GPUS_PER_NODE
+    cores: int = CORES_PER_UNIT
+    memory_gib: int = GIB_PER_GPU
+    node_cores: int = NODE_CORES
+    node_gib: int = NODE_GIB
 
     def nodes_for(self, units: int) -> int:
         return -(-units // self.per_node) if self.gpu else 1
@@ -42,8 +52,7 @@ class Shape:
 
 
 # The docs' table.
-FALLBACK = Shape({**{t: Hardware() for t in ("b300", "h200", "h100", "l40s")},
-                  "cpu": Hardware(gpu=False, memory_gib=2)})
+FALLBACK = Shape({**{t: Hardware() for t in GPU_TYPES}, CPU: Hardware(gpu=False, memory_gib=GIB_PER_CPU)})
 NUMBERS = ("per_node", "cores", "memory_gib", "node_cores", "node_gib")
 
 

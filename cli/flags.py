@@ -1,6 +1,7 @@
 """Parsing and checking `div run`'s flags and entrypoint, before anything is
-uploaded. Each parser raises click.BadParameter, which click turns into exit
-2 with a message naming the flag and what is allowed."""
+uploaded, against the terms the server checks again (divergent.terms). Each
+parser raises click.BadParameter, which click turns into exit 2 with a
+message naming the flag and what is allowed."""
 from __future__ import annotations
 
 import re
@@ -10,28 +11,14 @@ from decimal import Decimal
 import click
 
 from cli.catalog import FALLBACK, Shape
+from divergent.terms import CHECK, ENV_KEY, IMAGE_REF, NUMBER, RESERVED_ENV, RUN_NAME, S3_BUCKET, VOLUME_NAME
 
-# The server checks every value again (slurm.jobspec); these copies exist so
-# the CLI, which talks HTTP only and imports nothing of the server's, can
-# refuse a bad flag before uploading anything. tests/test_cli_copies.py holds
-# them equal to the server's.
-NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-RESERVED_ENV = re.compile(
-    r"^(?:(?:SLURM|SLURMD|SRUN|SBATCH|SALLOC|SPANK|DIV|div|BASH_FUNC)_.*"
-    r"|BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|NNODES|NODE_RANK|MASTER_ADDR|MASTER_PORT"
-    r"|PET_NNODES|PET_NODE_RANK|PET_MASTER_ADDR|PET_MASTER_PORT|WORLD_SIZE|RANK)$")
 RESERVED_TEXT = ("SLURM_*, DIV_*, BASH_ENV, ENV, BASH_FUNC_* and the names divergent sets "
                  "for a run (NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, "
                  "PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT) are reserved")
 MEMORY = re.compile(r"^(\d+)(G|GiB)?$")
 USD = re.compile(r"^\$?(\d+(?:\.\d{1,2})?)$")
-CHECK = re.compile(r"^([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)(>=|<=|==|!=|>|<)(.+)$")
-NUMBER = re.compile(r"^-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 PY_FILE = re.compile(r"^((?:[A-Za-z_]\w*/)*[A-Za-z_]\w*)\.py$")
-VOLUME = re.compile(r"^[a-z0-9_-][a-z0-9._-]{0,62}$")
-S3_BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{2,62}$")
-IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
 
 
 def parse_memory(text: str) -> int:
@@ -150,14 +137,14 @@ def parse_check(text: str) -> dict:
 
 
 def parse_name(text: str, flag: str) -> str:
-    if not NAME.fullmatch(text):
+    if not RUN_NAME.fullmatch(text):
         raise click.BadParameter(
             f"{text!r}: use lowercase letters, digits and -, 1 to 63 characters", param_hint=flag)
     return text
 
 
 def parse_volume(text: str, hint: str = "--volume") -> str:
-    if not VOLUME.fullmatch(text):
+    if not VOLUME_NAME.fullmatch(text):
         raise click.BadParameter(f"{text!r}: use lowercase letters, digits, -, _ and ., "
                                  "1 to 63 characters, not starting with .", param_hint=hint)
     return text
@@ -187,7 +174,7 @@ def parse_mount(text: str) -> str:
 
 
 def parse_image(text: str) -> str:
-    if not IMAGE.fullmatch(text):
+    if not IMAGE_REF.fullmatch(text):
         raise click.BadParameter(f"{text!r} is not an image reference such as "
                                  "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime",
                                  param_hint="--image")

@@ -8,6 +8,8 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import click
 
+from divergent.terms import shown
+
 
 def exit_code_for(run: dict) -> int:
     """0 for success; the run's own code when it ended with one; 1 when it
@@ -45,16 +47,6 @@ def started(iso: str | None) -> str:
         return "-"
     moment = datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone()
     return moment.strftime("%Y-%m-%d %H:%M")
-
-
-def shown(text: object) -> str:
-    """A value as one line of plain text: a newline, an escape sequence or
-    another control character someone put in a value (a sweep's, a webhook
-    server's error) is written out, never sent to the terminal; a byte of a
-    file name that is not UTF-8 (PEP 383's lone surrogate) as \\xNN."""
-    return "".join(c if c.isprintable() else
-                   f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else repr(c)[1:-1]
-                   for c in str(text))
 
 
 def table(headers: list[str], rows: list[list[str]]) -> None:

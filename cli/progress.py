@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 
-from cli.units import format_bytes
+from divergent.terms import format_bytes
 
 RATE_AFTER_SECONDS = 1.0
 

@@ -34,12 +34,11 @@ from cli.flags import (
 from cli.follow import follow, through_restarts
 from cli.output import count, exit_code_for, print_json
 from cli.sweep import follow_sweep
-from cli.units import format_bytes
 from cli.upload import hash_files, list_files, upload
+from divergent.terms import DEFAULT_IMAGE, format_bytes
 
 # What the server answers for a request it will not take as it is.
 REFUSALS = (400, 404, 409, 422)
-DEFAULT_IMAGE = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime"
 
 
 class RunCommand(click.Command):

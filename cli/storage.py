@@ -19,10 +19,10 @@ from cli.api import ApiClient, ApiError
 from cli.complete import volume_names
 from cli.context import pass_api
 from cli.flags import parse_volume
-from cli.output import count, print_json, shown, started, table
+from cli.output import count, print_json, started, table
 from cli.progress import Progress
-from cli.units import format_bytes
 from cli.upload import LocalFile, hash_file, refuse_too_large, regular_files, stat_files, walk_files
+from divergent.terms import format_bytes, shown
 
 PARALLEL = 8
 # Small files travel many to a request, as one tar stream: a request per

@@ -10,7 +10,8 @@ import click
 
 from cli.context import pass_api
 from cli.follow import through_restarts
-from cli.output import count, exit_code_for, print_json, shown
+from cli.output import count, exit_code_for, print_json
+from divergent.terms import shown
 
 POLL_SECONDS = 1.0
 

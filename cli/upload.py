@@ -17,8 +17,8 @@ import click
 
 from cli.api import ApiClient
 from cli.follow import WaitingLine
-from cli.output import count, shown
-from cli.units import format_bytes
+from cli.output import count
+from divergent.terms import format_bytes, shown
 
 MAX_FILE_BYTES = 256 * 1000 * 1000
 PARALLEL = 8

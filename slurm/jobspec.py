@@ -6,10 +6,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-# The docs' GPU types: the default catalog, which a site replaces or extends.
-GPU_TYPES = ("b300", "h200", "h100", "l40s")
-CPU = "cpu"
-DEFAULT_IMAGE = "pytorch/pytorch:2.14.0-cuda12.6-cudnn9-runtime"
+from divergent.terms import (
+    CORES_PER_UNIT,
+    CPU,
+    DEFAULT_IMAGE,
+    ENV_KEY,
+    GIB_PER_CPU,
+    GIB_PER_GPU,
+    GPU_TYPES,
+    GPUS_PER_NODE,
+    IMAGE_REF,
+    NODE_CORES,
+    NODE_GIB,
+    RESERVED_ENV,
+    RUN_NAME,
+)
+
 RUNTIMES = ("none", "pyxis", "apptainer")
 # "isolated": each run's tasks join the network of their own job that
 # divergent's prolog makes on each node (slurm/node/); "shared": the node's.
@@ -18,7 +30,6 @@ RUN_NETWORKS = ("isolated", "shared")
 # mcs/account with select); "shared": with anyone's.
 ORG_NODES = ("shared", "exclusive")
 
-RUN_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 # A catalog name as users type it: a100, rtx6000, h100-80g.
 GPU_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 # Partition, GRES, feature, QoS and account names go into #SBATCH lines,
@@ -26,21 +37,10 @@ GPU_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 SLURM_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 GRES = re.compile(r"^gpu(?::[A-Za-z0-9_.-]{1,64})?$")
 ACCOUNT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-VOLUME_NAME = re.compile(r"^[a-z0-9_-][a-z0-9._-]{0,62}$")
 # State folders appear in #SBATCH lines, which Slurm parses without a shell
 # and where % is a pattern: only plain path characters.
 STATE_PATH = re.compile(r"^/[A-Za-z0-9._/-]+$")
 JOB_ID = re.compile(r"^[0-9]{1,12}$")
-ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-# Names Slurm, bash or divergent give meaning to, and the ones the platform
-# sets for every run: a run's env and secrets may not use them. The run's
-# values only ever reach its sandbox, so this is defence in depth.
-RESERVED_ENV = re.compile(
-    r"^(?:(?:SLURM|SLURMD|SRUN|SBATCH|SALLOC|SPANK|DIV|div|BASH_FUNC)_.*"
-    r"|BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|NNODES|NODE_RANK|MASTER_ADDR|MASTER_PORT"
-    r"|PET_NNODES|PET_NODE_RANK|PET_MASTER_ADDR|PET_MASTER_PORT|WORLD_SIZE|RANK)$")
-# Images are passed quoted, but a strict shape keeps odd refs out of logs too.
-IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
 
 
 def job_name(run_name: str) -> str:
@@ -64,13 +64,13 @@ class GpuType:
     name: str
     partition: str
     gres: str | None = None
-    per_node: int = 8
+    per_node: int = GPUS_PER_NODE
     constraint: str | None = None
     qos: str | None = None
-    cores: int = 1
-    memory_gib: int = 8
-    node_cores: int = 64
-    node_gib: int = 336
+    cores: int = CORES_PER_UNIT
+    memory_gib: int = GIB_PER_GPU
+    node_cores: int = NODE_CORES
+    node_gib: int = NODE_GIB
 
     def __post_init__(self):
         _check(GPU_NAME, self.name, "GPU type name")
@@ -95,7 +95,7 @@ class GpuType:
         return 1 if self.is_cpu else max(1, -(-units // self.per_node))
 
 
-def default_catalog(per_node: int = 8, partitions: dict[str, str] | None = None,
+def default_catalog(per_node: int = GPUS_PER_NODE, partitions: dict[str, str] | None = None,
                     gres: dict[str, str] | None = None) -> dict[str, GpuType]:
     """The docs' table: b300, h200, h100, l40s (8 a node, 1 core and 8 GiB
     each) and cpu (2 GiB a unit), each in a partition of its name, with the
@@ -103,7 +103,7 @@ def default_catalog(per_node: int = 8, partitions: dict[str, str] | None = None,
     partitions, gres = partitions or {}, gres or {}
     catalog = {t: GpuType(t, partitions.get(t, t), f"gpu:{gres.get(t, t)}", per_node)
                for t in GPU_TYPES}
-    catalog[CPU] = GpuType(CPU, partitions.get(CPU, CPU), None, memory_gib=2)
+    catalog[CPU] = GpuType(CPU, partitions.get(CPU, CPU), None, memory_gib=GIB_PER_CPU)
     return catalog
 
 

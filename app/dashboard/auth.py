@@ -18,19 +18,15 @@ from flask import current_app, g, redirect, render_template, request, session, u
 from itsdangerous import BadSignature, URLSafeSerializer
 
 from app.dashboard import bp
-from app.models import User
 from app.services import throttle
 from app.services.errors import Forbidden
-from app.services.passwords import end_sessions, user_for_password, user_for_session
+from app.services.passwords import end_sessions, user_for_password
+from app.web.credentials import signed_in_user
 
 # Where sign-in may send the browser: a path of this site, printable ASCII
 # with no backslash, never `//host` (browsers drop tabs and newlines, so
 # `/\t/evil.example` would be one).
 LOCAL_PATH = re.compile(r"/(?![/\\])[\x21-\x5b\x5d-\x7e]*")
-
-
-def signed_in_user() -> User | None:
-    return user_for_session(session.get("user_id"), session.get("epoch"))
 
 
 def login_required(view):

@@ -14,8 +14,7 @@ from app.services.pricing import format_usd, usd_text
 from app.services.pricing import micros as to_micros
 from app.services.run_text import format_duration
 from app.web.byte_paths import path_query
-from cli.output import shown
-from cli.units import format_bytes
+from divergent.terms import format_bytes, shown
 
 
 @bp.app_template_filter("duration")

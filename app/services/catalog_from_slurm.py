@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 
 from app.services.errors import Invalid
-from slurm.jobspec import CPU, GpuType, InvalidJobSpec
+from divergent.terms import CPU
+from slurm.jobspec import GpuType, InvalidJobSpec
 from slurm.records import NodeRecord
 
 DOCS_NODE_GIB = GpuType(CPU, CPU).node_gib

@@ -6,13 +6,11 @@ code. Pure functions."""
 from __future__ import annotations
 
 import json
-import re
 from decimal import Decimal, InvalidOperation
 
 from app.services.errors import Invalid
+from divergent.terms import CHECK, NUMBER
 
-CHECK = re.compile(r"^([A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)(>=|<=|==|!=|>|<)(.+)$")
-NUMBER = re.compile(r"^-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 ORDERING = {">": lambda a, b: a > b, "<": lambda a, b: a < b,
             ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b}
 

@@ -21,7 +21,7 @@ from app.extensions import db
 from app.models import Org, utcnow
 from app.services.errors import Invalid, ServiceError
 from app.services.volumes import data_path, org_dir, trees_dir
-from cli.units import format_bytes
+from divergent.terms import format_bytes
 
 SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB)?", re.ASCII | re.IGNORECASE)
 UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}

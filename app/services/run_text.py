@@ -10,7 +10,7 @@ from app.services.catalog import gpu_type
 from app.services.checks import summary as checks_summary
 from app.services.pricing import format_minutes, format_usd, usd_text
 from app.services.submissions import NOT_SUBMITTED
-from slurm.jobspec import DEFAULT_IMAGE
+from divergent.terms import DEFAULT_IMAGE
 from slurm.reasons import explain_pending
 
 

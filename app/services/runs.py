@@ -60,17 +60,9 @@ from app.services.transfers import PROJECT as TRANSFER_PROJECT
 from app.services.transfers import S3Location, Transfer, parse_mount, run_fields
 from app.services.usage import hold_spend, minutes_left
 from app.services.volumes import ensure_volume, org_dir, run_dir, trees_dir, volumes_in_command
+from divergent.terms import DEFAULT_IMAGE, IMAGE_REF, RUN_NAME
 from slurm.client import SlurmError, SubmitNotReceived, SubmitRefused
-from slurm.jobspec import (
-    DEFAULT_IMAGE,
-    IMAGE_REF,
-    RUN_NAME,
-    ArrayMember,
-    GpuType,
-    InvalidJobSpec,
-    JobSpec,
-    check_env_name,
-)
+from slurm.jobspec import ArrayMember, GpuType, InvalidJobSpec, JobSpec, check_env_name
 from slurm.script import render_batch_script
 
 REQUEST_KEY = re.compile(r"^[A-Za-z0-9_-]{16,64}$")

@@ -23,7 +23,7 @@ from app.services.errors import Conflict, Invalid, ServiceError, Unavailable
 from app.services.orgs import all_named, find_named
 from app.services.runs import SubmitUnsure, check_run, create_run, parse_request
 from app.services.sweeps import check_sweep, create_sweep
-from slurm.jobspec import RUN_NAME
+from divergent.terms import RUN_NAME
 
 log = logging.getLogger("divergent.schedules")
 

@@ -57,18 +57,9 @@ from flask import current_app
 
 from app.services.errors import Invalid
 from app.services.instance_files import replace_file
+from divergent.terms import CPU, GPU_TYPES
 from slurm.client import SlurmClient
-from slurm.jobspec import (
-    CPU,
-    GPU_NAME,
-    GPU_TYPES,
-    GRES,
-    STATE_PATH,
-    GpuType,
-    InvalidJobSpec,
-    SlurmSite,
-    default_catalog,
-)
+from slurm.jobspec import GPU_NAME, GRES, STATE_PATH, GpuType, InvalidJobSpec, SlurmSite, default_catalog
 from slurm.transport import LocalTransport, SSHTransport
 
 TRANSPORTS = ("local", "ssh", "pyslurm")

@@ -31,7 +31,7 @@ from app.services.durable import sync_filesystem, sync_folder
 from app.services.errors import Conflict, Invalid, NotFound, ServiceError, Unavailable
 from app.services.quota import charge, layout_bytes
 from app.services.volumes import check_volume_name, data_path, ensure_volume, org_dir, trees_dir, volume_dir
-from cli.output import shown
+from divergent.terms import shown
 
 MAX_FILE_BYTES = 256 * 1000 * 1000   # the guide: at most 256 MB a file
 MAX_FILE_SECONDS = 300               # and 5 minutes to upload it

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import re
 import shlex
 import shutil
 import tempfile
@@ -32,7 +31,7 @@ from app.services.errors import Invalid
 from app.services.secrets import secrets_of
 from app.services.storage import clean_path, open_volume
 from app.services.volumes import check_volume_name, data_path
-from slurm.jobspec import CPU
+from divergent.terms import CPU, S3_BUCKET
 
 # The names every S3 tool reads; the first two are required.
 REQUIRED_SECRETS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
@@ -43,8 +42,6 @@ PROJECT = "s3"
 # wait on the network and the share, not the cores) and 4 GiB.
 UNITS = 2
 PROGRAM = "div_s3.py"
-# S3's bucket names (and the older, laxer ones some stores still allow).
-BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{2,62}$")
 MAX_KEY_BYTES = 1024
 
 
@@ -63,7 +60,7 @@ def parse_s3_url(url: object) -> S3Location:
     if not isinstance(url, str) or not url.startswith("s3://"):
         raise Invalid(f"{url!r} is not an S3 location: s3://BUCKET/PREFIX")
     bucket, _, prefix = url[len("s3://"):].partition("/")
-    if not BUCKET.fullmatch(bucket):
+    if not S3_BUCKET.fullmatch(bucket):
         raise Invalid(f"invalid bucket name {bucket!r}: 3 to 63 letters, digits, ., - and _")
     prefix = prefix.strip("/")
     if any(not c.isprintable() for c in prefix) or len(prefix.encode()) > MAX_KEY_BYTES:

@@ -13,10 +13,10 @@ from app.extensions import db
 from app.models import Org, Volume
 from app.services.errors import Invalid
 from app.services.rows import add_unique
-from slurm.jobspec import VOLUME_NAME
+from divergent.terms import VOLUME_NAME
 
 # A volume named in a command: /mnt/<name> followed by / or the name's end.
-MNT_REFERENCE = re.compile(r"(?<![\w/.-])/mnt/([a-z0-9_-][a-z0-9._-]{0,62})(?![A-Za-z0-9._-])")
+MNT_REFERENCE = re.compile(r"(?<![\w/.-])/mnt/(" + VOLUME_NAME.pattern.strip("^$") + r")(?![A-Za-z0-9._-])")
 
 
 def data_path(*parts: str) -> str:

@@ -11,7 +11,7 @@ from flask import request, send_file
 
 from app.models import Org
 from app.services.storage import open_for_download
-from cli.output import shown
+from divergent.terms import shown
 
 
 def send_volume_file(org: Org, volume: str, path: str, as_attachment: bool = False):

@@ -9,11 +9,10 @@ import hmac
 from flask import Blueprint, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.api.auth import count_wrong_key
-from app.dashboard.auth import signed_in_user
 from app.services import throttle
-from app.services.keys import api_key_for, key_prefix
+from app.services.keys import key_prefix
 from app.services.monitoring import exposition
+from app.web.credentials import bearer_key, key_row, signed_in_user
 
 bp = Blueprint("metrics", __name__)
 
@@ -34,17 +33,14 @@ def metrics():
 
 
 def _allowed() -> bool:
-    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-    presented = presented.strip()
-    if scheme.lower() == "bearer" and presented:
+    presented = bearer_key()
+    if presented:
         # An address (or key) past its wrong tries gets 429, whatever it sends now.
         throttle.check([throttle.key_subject(key_prefix(presented), request.remote_addr)])
         token = current_app.config["DIV_METRICS_TOKEN"]
         if token and hmac.compare_digest(presented.encode(), token.encode()):
             return True
-        row = api_key_for(presented)
-        if row is None:
-            count_wrong_key(presented)
+        row = key_row(presented)
         return row is not None and row.user.role == "site_admin"
     user = signed_in_user()
     return user is not None and user.role == "site_admin"
