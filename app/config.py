@@ -58,7 +58,7 @@ class Config:
     # downloads, plain log reads) for as long as their client takes: at most
     # this many of each a worker (1/2 and 1/4 of DIV_THREADS, 128), and this
     # many of one org's a worker, so other requests and other orgs always
-    # find threads (app/services/request_slots.py).
+    # find threads (app/services/site/request_slots.py).
     DIV_FOLLOWERS_PER_WORKER = int(os.environ.get(
         "DIV_FOLLOWERS_PER_WORKER", str(max(1, int(os.environ.get("DIV_THREADS", "128")) // 2))))
     DIV_FOLLOWERS_PER_ORG = int(os.environ.get("DIV_FOLLOWERS_PER_ORG", "32"))
@@ -69,7 +69,7 @@ class Config:
     # closed, whatever it was doing (app/web/gunicorn_conf.py, upload_body.py).
     DIV_CLIENT_IDLE_SECONDS = float(os.environ.get("DIV_CLIENT_IDLE_SECONDS", "60"))
     # A JSON body (a manifest of 100,000 files is about 13 MB) is read whole;
-    # files and bundles stream, with their own limits (app/services/storage.py).
+    # files and bundles stream, with their own limits (app/services/files/storage.py).
     MAX_CONTENT_LENGTH = int(os.environ.get("DIV_MAX_JSON_BYTES", str(16 * 1024 * 1024)))
     # Runs of one org queued or running at once, at most (a sweep counts each
     # member): every live run is followed each reconciler cycle, for every org.

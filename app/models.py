@@ -58,7 +58,7 @@ class Org(db.Model):
     removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Its volumes, code trees and blobs together, at most (None: the site's
     # DIV_STORAGE_QUOTA); what they took when last measured, plus what the
-    # server has written since (app/services/quota.py).
+    # server has written since (app/services/files/quota.py).
     storage_quota_bytes: Mapped[int | None] = mapped_column(sa.BigInteger)
     storage_used_bytes: Mapped[int] = mapped_column(sa.BigInteger, default=0,
                                                     server_default="0")
@@ -177,7 +177,7 @@ class Run(db.Model):
     # Buckets copied into volumes before it started (--mount): url, path
     # (/mnt/NAME) and copy (the transfer run's name), each.
     mounts: Mapped[list] = mapped_column(sa.JSON, default=list)
-    # A sweep's member (app/services/sweeps.py): its sweep, its index in the
+    # A sweep's member (app/services/runs/sweeps.py): its sweep, its index in the
     # Slurm job array and the values it was given ({"LR": "1e-3"}).
     sweep_id: Mapped[int | None] = mapped_column(sa.ForeignKey("sweep.id"), index=True)
     sweep_index: Mapped[int | None]
@@ -215,7 +215,7 @@ class Lease(db.Model):
 
 class SiteGauge(db.Model):
     """A number every server process and the reconciler share, for /metrics
-    (app/services/monitoring.py): a counter (Slurm calls that failed, by
+    (app/services/cluster/monitoring.py): a counter (Slurm calls that failed, by
     call) or the reconciler's last cycle (when it ended, how long it took)."""
 
     name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
@@ -223,7 +223,7 @@ class SiteGauge(db.Model):
 
 
 class Secret(db.Model):
-    """An org's secret: its value encrypted at rest (app/services/secrets.py),
+    """An org's secret: its value encrypted at rest (app/services/accounts/secrets.py),
     never returned by the API or shown by the dashboard."""
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -241,7 +241,7 @@ class Secret(db.Model):
 class AuthFailure(db.Model):
     """Failed sign-ins and bad API keys per client address or username, in
     the database so every server process counts the same
-    (app/services/throttle.py)."""
+    (app/services/accounts/throttle.py)."""
 
     subject: Mapped[str] = mapped_column(sa.String(160), primary_key=True)
     failures: Mapped[int] = mapped_column(default=0)
@@ -249,7 +249,7 @@ class AuthFailure(db.Model):
 
 
 class Schedule(db.Model):
-    """A run the reconciler starts on a cron schedule (app/services/schedules.py):
+    """A run the reconciler starts on a cron schedule (app/services/runs/schedules.py):
     the request `div run` would send, code already uploaded, run as the
     user who made it."""
 
@@ -278,7 +278,7 @@ class Schedule(db.Model):
 
 class Sweep(db.Model):
     """Runs over every combination of some env values, submitted as one
-    Slurm job array (app/services/sweeps.py); each member is a run."""
+    Slurm job array (app/services/runs/sweeps.py); each member is a run."""
 
     id: Mapped[int] = mapped_column(primary_key=True)
     org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"))
@@ -299,7 +299,7 @@ class Sweep(db.Model):
 
 
 class NotifyChannel(db.Model):
-    """Where an org hears about its runs' ends (app/services/notify.py): a
+    """Where an org hears about its runs' ends (app/services/notify/notices.py): a
     webhook or an email address, for some events, of every run or of one
     schedule's; with its last delivery and error."""
 
@@ -322,7 +322,7 @@ class NotifyChannel(db.Model):
 
 class Notification(db.Model):
     """The outbox: one message for one channel, written in the transaction
-    that ended its run, delivered by the sender (app/services/outbox.py)."""
+    that ended its run, delivered by the sender (app/services/notify/outbox.py)."""
 
     id: Mapped[int] = mapped_column(primary_key=True)
     org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"))

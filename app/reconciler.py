@@ -17,26 +17,22 @@ from collections import defaultdict
 from datetime import UTC, datetime
 
 from app.extensions import db
-from app.models import Org, Run, utcnow
+from app.models import LIVE, Org, Run, utcnow
 from app.services import leases
-from app.services.checks import verdict
+from app.services.accounts.secrets import masked_metrics, remove_secrets_file, rewrite_secrets_file
 from app.services.errors import Unavailable
-from app.services.metrics import CYCLE_BUDGET, ORG_CYCLE_BUDGET, MetricsRead, read_metrics
-from app.services.notify import enqueue_for
-from app.services.pricing import cost
-from app.services.quota import measure_next
-from app.services.runs import LIVE, run_dir, run_json
-from app.services.schedules import fire_due
-from app.services.secrets import masked_metrics, remove_secrets_file, rewrite_secrets_file
-from app.services.site_gauges import record_cycle
-from app.services.slurm_access import slurm_client
-from app.services.submissions import (
-    dropped_while_waiting,
-    end_dropped_member,
-    settle_unsubmitted,
-)
-from app.services.usage import month_spend
-from app.services.volumes import data_path, run_is_ending
+from app.services.files.quota import measure_next
+from app.services.files.volumes import data_path, run_dir, run_is_ending
+from app.services.money.pricing import cost
+from app.services.money.usage import month_spend
+from app.services.notify.notices import enqueue_for
+from app.services.runs.checks import verdict
+from app.services.runs.listing import run_json
+from app.services.runs.metrics import CYCLE_BUDGET, ORG_CYCLE_BUDGET, MetricsRead, read_metrics
+from app.services.runs.schedules import fire_due
+from app.services.runs.submissions import dropped_while_waiting, end_dropped_member, settle_unsubmitted
+from app.services.site.gauges import record_cycle
+from app.services.site.slurm_access import slurm_client
 from slurm.client import SlurmError
 from slurm.records import JobRecord, run_status
 

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app import create_app  # noqa: E402
 from app.extensions import db  # noqa: E402
 from app.models import Org, Project, User  # noqa: E402
-from app.services.orgs import get_or_create_org, get_or_create_user  # noqa: E402
+from app.services.accounts.orgs import get_or_create_org, get_or_create_user  # noqa: E402
 
 
 def bench_app(tmp: str):

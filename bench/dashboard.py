@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.extensions import db  # noqa: E402
 from app.models import Run  # noqa: E402
-from app.services.passwords import set_password  # noqa: E402
+from app.services.accounts.passwords import set_password  # noqa: E402
 from bench.app_setup import bench_app, fresh_org  # noqa: E402
 from bench.common import record  # noqa: E402
 

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.extensions import db  # noqa: E402
 from app.models import Org, Project, Run, User  # noqa: E402
-from app.services.runs import run_dir  # noqa: E402
+from app.services.files.volumes import run_dir  # noqa: E402
 from bench.app_setup import bench_app  # noqa: E402
 from bench.common import ROOT, record  # noqa: E402
 

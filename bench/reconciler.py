@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.extensions import db  # noqa: E402
 from app.models import Run  # noqa: E402
 from app.reconciler import reconcile_once  # noqa: E402
-from app.services import slurm_access  # noqa: E402
-from app.services.metrics import MetricsRead, read_metrics  # noqa: E402
+from app.services.runs.metrics import MetricsRead, read_metrics  # noqa: E402
+from app.services.site import slurm_access  # noqa: E402
 from bench.app_setup import bench_app, fresh_org  # noqa: E402
 from bench.common import record  # noqa: E402
 from slurm.client import SlurmClient  # noqa: E402

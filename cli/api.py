@@ -159,7 +159,7 @@ class ApiClient:
 
     def _transfer(self, method: str, path: str, **kwargs) -> http.client.HTTPResponse:
         """A request that moves a file (each may be sent again whole), tried
-        again while the server has no slot for it (app/services/request_slots.py)."""
+        again while the server has no slot for it (app/services/site/request_slots.py)."""
         waited_since = time.monotonic()
         while True:
             try:

@@ -13,7 +13,7 @@ import click
 from cli.api import ApiClient, ApiError, ApiUnreachable
 
 # The server's answers when it follows as many logs as it will at once
-# (app/services/request_slots.py): wait and try again, as for a lost API.
+# (app/services/site/request_slots.py): wait and try again, as for a lost API.
 BUSY = (429, 503)
 
 # How long to keep trying when the API goes away mid-run (a server restart).

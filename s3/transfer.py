@@ -1,6 +1,6 @@
 """The S3 transfer program: `div storage import` and `export` run it inside a
 transfer run's sandbox, on a node, where the org's volume is at /mnt/<volume>
-(app/services/transfers.py). Standalone on purpose: the node's Python, the
+(app/services/runs/transfers.py). Standalone on purpose: the node's Python, the
 standard library and boto3 (Debian's python3-boto3 1.26 or newer), never
 the server's code.
 

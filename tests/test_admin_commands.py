@@ -8,12 +8,13 @@ import pytest
 
 from app.extensions import db
 from app.models import Org, Project, Run
-from app.services import slurm_access
+from app.services.accounts.keys import user_for_key
+from app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from app.services.accounts.passwords import user_for_password
 from app.services.errors import Invalid
-from app.services.keys import user_for_key
-from app.services.orgs import get_or_create_org, get_or_create_user
-from app.services.passwords import user_for_password
-from app.services.runs import parse_request, size_run
+from app.services.runs.request import parse_request
+from app.services.runs.sizing import size_run
+from app.services.site import slurm_access
 from slurm.client import SlurmError
 
 

@@ -23,7 +23,7 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
-from app.services.code import FileEntry, tree_hash
+from app.services.files.code import FileEntry, tree_hash
 from tests.buckets import s3_client
 from tests.serving import serving
 from tests.sshd import free_port
@@ -409,8 +409,8 @@ def test_a_link_a_run_left_in_a_volume_is_removed_by_a_purge_never_followed(app,
                                                                            tmp_path):
     """A run may leave anything in its org's volumes; purging the removed
     org's volumes must delete the link, not what it points at."""
-    from app.services.orgs import get_or_create_org
-    from app.services.volumes import ensure_volume
+    from app.services.accounts.orgs import get_or_create_org
+    from app.services.files.volumes import ensure_volume
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "keep.txt").write_text("another org's, or the host's")
@@ -481,10 +481,10 @@ def test_a_webhook_cannot_reach_the_server_or_the_cluster(app_context, app):
     """A member's webhook is the server's own request: a name that resolves
     to the server's host, or an address of the cluster's network, reaches
     nothing (only the networks a site allows, DIV_WEBHOOK_ALLOWED_NETWORKS)."""
-    from app.services.delivery import NotDelivered, send_webhook
+    from app.services.accounts.orgs import get_or_create_org, get_or_create_user
     from app.services.errors import Invalid
-    from app.services.notify import add_channel
-    from app.services.orgs import get_or_create_org, get_or_create_user
+    from app.services.notify.delivery import NotDelivered, send_webhook
+    from app.services.notify.notices import add_channel
     from tests.receivers import Webhook
     app.config["DIV_WEBHOOK_ALLOWED_NETWORKS"] = ""
     user = get_or_create_user(get_or_create_org("attacker-org"), "mallory")
@@ -527,7 +527,7 @@ def test_a_run_cannot_take_a_sweep_s_job_name(app_context):
     """A sweep's members are found by the array's job name: a run named like
     a sweep could be taken for (and stop) a teammate's array."""
     from app.services.errors import Invalid
-    from app.services.runs import parse_request
+    from app.services.runs.request import parse_request
     with pytest.raises(Invalid, match="are a sweep's"):
         parse_request({"project": "p", "command": "true", "gpu": "cpu", "name": "sweep-0bbz"})
 
@@ -538,9 +538,9 @@ def test_no_org_may_queue_more_live_runs_than_the_site_allows(app_context, app):
     reconciler for all. Counted before anything is made."""
     from app.extensions import db
     from app.models import Project, Run
+    from app.services.accounts.orgs import get_or_create_org, get_or_create_user
     from app.services.errors import Conflict
-    from app.services.orgs import get_or_create_org, get_or_create_user
-    from app.services.runs import check_may_start
+    from app.services.runs.submit import check_may_start
     app.config["DIV_MAX_LIVE_RUNS_PER_ORG"] = 3
     user = get_or_create_user(get_or_create_org("busy"), "bo")
     project = Project(org_id=user.org_id, name="p")
@@ -945,7 +945,7 @@ def test_an_org_may_start_only_so_many_runs_within_slurms_job_age(app_context, a
     from app.extensions import db
     from app.models import Org, Project, Run, User
     from app.services.errors import TooManySubmits
-    from app.services.runs import check_may_start
+    from app.services.runs.submit import check_may_start
     org = Org(name="busy", slurm_account="busy")
     user = User(org=org, username="busy-user")
     db.session.add_all([org, user])
@@ -977,7 +977,7 @@ def test_one_orgs_schedules_fire_a_fair_share_a_pass_and_at_most_so_many(app_con
 
     from app.extensions import db
     from app.models import Org, Schedule, User, utcnow
-    from app.services import schedules
+    from app.services.runs import schedules
     started = []
     schedules_started = schedules._start
     schedules._start = lambda row: started.append(row.org_id) or type("R", (), {"name": "r"})

@@ -1,7 +1,7 @@
 """`flask site init --from-slurm`: a catalog proposed from sinfo's nodes."""
 from __future__ import annotations
 
-from app.services.catalog_from_slurm import propose
+from app.services.cluster.catalog_from_slurm import propose
 from slurm.jobspec import GpuType
 from slurm.records import parse_sinfo_nodes
 

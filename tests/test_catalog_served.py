@@ -4,9 +4,9 @@ answer (both built from divergent.terms); a site with other nodes serves
 their shape."""
 from __future__ import annotations
 
-from app.services.catalog import catalog_json
-from app.services.keys import create_key
-from app.services.orgs import get_or_create_org, get_or_create_user
+from app.services.accounts.keys import create_key
+from app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from app.services.money.catalog import catalog_json
 from cli.catalog import FALLBACK, shape_of
 
 

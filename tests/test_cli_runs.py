@@ -18,10 +18,10 @@ import pytest
 from click.testing import CliRunner
 from werkzeug.serving import make_server
 
-from app.services import logs
-from app.services.keys import create_key
-from app.services.orgs import get_or_create_org, get_or_create_user
-from app.services.volumes import ensure_volume
+from app.services.accounts.keys import create_key
+from app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from app.services.files.volumes import ensure_volume
+from app.services.runs import logs
 from cli.main import cli
 from cli.progress import Progress
 from tests.serving import serving

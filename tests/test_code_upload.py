@@ -8,9 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from app.services.code import MissingBlobs, lay_out_tree, parse_manifest, store_blob, stored_tree, tree_hash
+from app.services.accounts.orgs import get_or_create_org
 from app.services.errors import Invalid
-from app.services.orgs import get_or_create_org
+from app.services.files.code import (
+    MissingBlobs,
+    lay_out_tree,
+    parse_manifest,
+    store_blob,
+    stored_tree,
+    tree_hash,
+)
 
 
 def entry(path, data=b"x", executable=False):

@@ -15,8 +15,8 @@ import pytest
 from app.extensions import db
 from app.models import ApiKey, utcnow
 from app.reconciler import run_forever
-from app.services.keys import create_key
-from app.services.orgs import get_or_create_org, get_or_create_user
+from app.services.accounts.keys import create_key
+from app.services.accounts.orgs import get_or_create_org, get_or_create_user
 
 
 @pytest.fixture

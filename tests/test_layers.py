@@ -58,3 +58,19 @@ def test_a_wrong_arrow_is_seen(tmp_path, monkeypatch):
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     assert wrong_arrows("app", ("app",)) == ["app/bad.py imports cli.output",
                                               "app/bad.py imports cli.output.table"]
+
+
+# The service domains from the bottom up, as app/services/__init__.py lists them.
+DOMAINS = ("site", "money", "files", "accounts", "notify", "cluster", "runs")
+
+
+def test_each_service_domain_imports_only_the_ones_below_it():
+    wrong = []
+    for module, names in imports_of("app/services").items():
+        parts = module.split("/")
+        own = DOMAINS.index(parts[2]) if len(parts) > 3 else -1
+        for name in names:
+            target = name.split(".")
+            if len(target) > 3 and target[2] in DOMAINS and DOMAINS.index(target[2]) > own:
+                wrong.append(f"{module} imports {name}")
+    assert sorted(wrong) == []

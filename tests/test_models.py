@@ -9,8 +9,8 @@ import sqlalchemy as sa
 
 from app.extensions import db
 from app.models import Project, Run, Volume
-from app.services.keys import create_key, key_prefix, user_for_key
-from app.services.orgs import get_or_create_org, get_or_create_user
+from app.services.accounts.keys import create_key, key_prefix, user_for_key
+from app.services.accounts.orgs import get_or_create_org, get_or_create_user
 
 
 def make_run(org, user, project, name="run-k4t9", **overrides) -> Run:

@@ -22,13 +22,14 @@ from app.models import (
     User,
     utcnow,
 )
+from app.services.accounts.keys import create_key
+from app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from app.services.accounts.passwords import set_password, user_for_password
 from app.services.errors import Forbidden
-from app.services.keys import create_key
-from app.services.notify import add_channel
-from app.services.orgs import get_or_create_org, get_or_create_user
-from app.services.passwords import set_password, user_for_password
-from app.services.runs import create_run, parse_request
-from app.services.volumes import ensure_volume
+from app.services.files.volumes import ensure_volume
+from app.services.notify.notices import add_channel
+from app.services.runs.request import parse_request
+from app.services.runs.submit import create_run
 from tests.test_admin_commands import flask
 
 

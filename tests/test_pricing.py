@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from app.services.errors import Unavailable
-from app.services.pricing import PriceTable, cost, format_minutes, format_usd, minutes_for
+from app.services.money.pricing import PriceTable, cost, format_minutes, format_usd, minutes_for
 from slurm.jobspec import GpuType, default_catalog
 
 PRICES = PriceTable()

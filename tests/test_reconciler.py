@@ -13,8 +13,9 @@ from flask import current_app
 from app.extensions import db
 from app.models import Project, Run, utcnow
 from app.reconciler import reconcile_once, settle
-from app.services import leases, slurm_access
-from app.services.orgs import get_or_create_org, get_or_create_user
+from app.services import leases
+from app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from app.services.site import slurm_access
 from slurm.records import JobRecord
 
 

@@ -1,4 +1,4 @@
-"""Slurm's size refusals told apart by the cluster's nodes (app/services/
+"""Slurm's size refusals told apart by the cluster's nodes (app/services/runs/
 refusals.py), on nodes as sinfo reports them: the real cluster's case
 (more GPUs than it has) is tests/test_faults.py's; these are the states a
 test cannot hold the dev cluster in for long (every node not responding
@@ -6,8 +6,8 @@ after a controller restart)."""
 from __future__ import annotations
 
 from app.services.errors import Refused, Unavailable
-from app.services.refusals import refused_by_slurm
-from app.services.slurm_access import standing_in
+from app.services.runs.refusals import refused_by_slurm
+from app.services.site.slurm_access import standing_in
 from slurm.client import SubmitRefused
 from slurm.records import NodeRecord
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.models import Run
-from app.services.run_text import format_duration, hardware, header_line, summary_line
+from app.services.runs.text import format_duration, hardware, header_line, summary_line
 from slurm.reasons import explain_pending
 
 # The hardware's words follow the site's catalog, read in the app's context.

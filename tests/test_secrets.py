@@ -10,11 +10,10 @@ from cryptography.fernet import Fernet, InvalidToken
 
 from app.extensions import db
 from app.models import AuthFailure, Run, Secret
-from app.services import throttle
-from app.services.errors import Invalid, Unavailable
-from app.services.masking import Masker
-from app.services.orgs import get_or_create_org, get_or_create_user
-from app.services.secrets import (
+from app.services.accounts import throttle
+from app.services.accounts.masking import Masker
+from app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from app.services.accounts.secrets import (
     log_masker,
     remove_secrets_file,
     rotate,
@@ -24,6 +23,7 @@ from app.services.secrets import (
     values_for_run,
     write_secrets_file,
 )
+from app.services.errors import Invalid, Unavailable
 
 
 @pytest.fixture

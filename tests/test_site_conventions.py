@@ -10,11 +10,12 @@ import pytest
 
 from app.models import Run
 from app.reconciler import settle
-from app.services import slurm_access
-from app.services.orgs import get_or_create_org
-from app.services.run_text import header_line, summary_line
-from app.services.runs import parse_request, size_run
-from app.services.slurm_access import ensure_org_account
+from app.services.accounts.orgs import get_or_create_org
+from app.services.runs.request import parse_request
+from app.services.runs.sizing import size_run
+from app.services.runs.text import header_line, summary_line
+from app.services.site import slurm_access
+from app.services.site.slurm_access import ensure_org_account
 from slurm.client import SlurmClient
 from slurm.records import JobRecord
 from slurm.transport import CommandResult

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from app.services.cluster import gpu_capacity
+from app.services.cluster.capacity import gpu_capacity
 from slurm.client import SlurmClient, SubmitRefused
 from slurm.pyslurm_client import PyslurmClient
 from slurm.records import run_status

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from app.extensions import db
-from app.services import storage
+from app.services.accounts.keys import create_key
+from app.services.accounts.orgs import get_or_create_org, get_or_create_user
 from app.services.errors import Invalid, NotFound, Unavailable
-from app.services.keys import create_key
-from app.services.orgs import get_or_create_org, get_or_create_user
-from app.services.storage import ShareFull, clean_path, store_file
-from app.services.volumes import ensure_volume
+from app.services.files import storage
+from app.services.files.storage import ShareFull, clean_path, store_file
+from app.services.files.volumes import ensure_volume
 
 
 @pytest.fixture

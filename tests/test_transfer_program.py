@@ -14,7 +14,7 @@ import time
 import pytest
 
 from app.services.errors import Invalid
-from app.services.transfers import Transfer, parse_mount, parse_s3_url
+from app.services.runs.transfers import Transfer, parse_mount, parse_s3_url
 from s3 import transfer as program
 from tests.serving import serving
 

@@ -10,7 +10,7 @@ import click
 from flask import Flask
 from flask.cli import with_appcontext
 
-from app.services.doctor import missing_database
+from app.services.cluster.doctor import missing_database
 from app.services.errors import Invalid, ServiceError
 
 

@@ -7,10 +7,10 @@ import secrets
 import click
 
 from app.admin import admin_command
-from app.services.keys import create_key, user_for_key
-from app.services.orgs import get_or_create_org, get_or_create_user
-from app.services.passwords import set_password, user_for_password
-from app.services.volumes import data_path
+from app.services.accounts.keys import create_key, user_for_key
+from app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from app.services.accounts.passwords import set_password, user_for_password
+from app.services.files.volumes import data_path
 
 
 @admin_command("dev-bootstrap")

@@ -6,7 +6,7 @@ import sys
 import click
 
 from app.admin import admin_command
-from app.services.doctor import examine
+from app.services.cluster.doctor import examine
 
 
 @admin_command("doctor")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from app.admin import admin_command
-from app.services.keys import MAX_KEY_DAYS, create_key
-from app.services.orgs import find_user
-from app.services.secrets import rotate
+from app.services.accounts.keys import MAX_KEY_DAYS, create_key
+from app.services.accounts.orgs import find_user
+from app.services.accounts.secrets import rotate
 
 
 @admin_command("create-key")

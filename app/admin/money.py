@@ -8,11 +8,11 @@ import sys
 import click
 
 from app.admin import admin_command
-from app.services.billing import recompute
-from app.services.orgs import all_orgs, find_org, set_monthly_limit
-from app.services.pricing import change_prices, current_prices, format_usd, limit_text, usd_text
-from app.services.quota import set_quota, usage_text
-from app.services.usage import month_bounds, usage_report
+from app.services.accounts.orgs import all_orgs, find_org, set_monthly_limit
+from app.services.files.quota import set_quota, usage_text
+from app.services.money.billing import recompute
+from app.services.money.pricing import change_prices, current_prices, format_usd, limit_text, usd_text
+from app.services.money.usage import month_bounds, usage_report
 
 
 @admin_command("prices", bad_value="--set")

@@ -20,7 +20,7 @@ def reconcile(interval: float | None, once: bool) -> None:
     """Follow Slurm and settle runs, and send notifications, until stopped."""
     from app.reconciler import fire_schedules, measure_storage, reconcile_alone, run_forever
     from app.services.background import run_every
-    from app.services.outbox import run_sender
+    from app.services.notify.outbox import run_sender
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if once:
         changed = reconcile_alone()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import click
 
 from app.admin import admin_group
-from app.services.catalog_from_slurm import propose
-from app.services.cluster import cluster_nodes
+from app.services.cluster.capacity import cluster_nodes
+from app.services.cluster.catalog_from_slurm import propose
 from app.services.errors import Invalid
-from app.services.pricing import PriceTable, change_prices, current_prices, micros, usd_text
-from app.services.site import (
+from app.services.money.pricing import PriceTable, change_prices, current_prices, micros, usd_text
+from app.services.site.settings import (
     TRANSPORTS,
     load_site,
     save_site,

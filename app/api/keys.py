@@ -8,8 +8,8 @@ from flask import g, jsonify, request
 from app.api import bp
 from app.api.auth import token_required
 from app.models import iso_utc
+from app.services.accounts.keys import create_key, key_prefix, keys_of, revoke_key
 from app.services.errors import Invalid, NotFound
-from app.services.keys import create_key, key_prefix, keys_of, revoke_key
 
 
 @bp.get("/keys")

@@ -8,7 +8,7 @@ from flask import g, jsonify, request
 from app.api import bp
 from app.api.auth import token_required
 from app.services.errors import Invalid
-from app.services.notify import add_channel, channel_json, channels_of, remove_channel
+from app.services.notify.notices import add_channel, channel_json, channels_of, remove_channel
 
 
 @bp.get("/notifications")

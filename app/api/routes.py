@@ -2,7 +2,7 @@ from flask import g, jsonify
 
 from app.api import bp
 from app.api.auth import token_required
-from app.services.catalog import catalog_json
+from app.services.money.catalog import catalog_json
 
 
 @bp.get("/health")

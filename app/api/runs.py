@@ -8,21 +8,14 @@ from flask import Response, g, jsonify, request, stream_with_context
 from app.api import bp
 from app.api.auth import token_required
 from app.extensions import db
-from app.services.logs import MAX_TAIL_LINES, STREAMS, KeyRevoked, run_log_events, tail_offsets
-from app.services.request_slots import FOLLOW, TRANSFER, take_slot
-from app.services.run_text import header_line, summary_line
-from app.services.runs import (
-    check_run,
-    create_run,
-    find_run,
-    list_runs,
-    parse_request,
-    request_notes,
-    rerun_request,
-    run_for_request_key,
-    run_json,
-    stop_run,
-)
+from app.services.runs.listing import find_run, list_runs, run_json
+from app.services.runs.logs import MAX_TAIL_LINES, STREAMS, KeyRevoked, run_log_events, tail_offsets
+from app.services.runs.names import run_for_request_key
+from app.services.runs.request import parse_request, request_notes, rerun_request
+from app.services.runs.stop import stop_run
+from app.services.runs.submit import check_run, create_run
+from app.services.runs.text import header_line, summary_line
+from app.services.site.request_slots import FOLLOW, TRANSFER, take_slot
 from app.web.request_args import flag_arg, int_arg
 
 
@@ -89,7 +82,7 @@ def runs_stop(name: str):
 @bp.get("/runs/<name>/logs")
 @token_required
 def runs_logs(name: str):
-    """NDJSON events (app/services/logs.py). ?stdout=&stderr= are the byte
+    """NDJSON events (app/services/runs/logs.py). ?stdout=&stderr= are the byte
     offsets to start from, or ?tail=N: each stream's last N lines; ?follow=1
     streams until the run ends."""
     run = find_run(g.user.org, name)

@@ -7,7 +7,7 @@ from flask import g, jsonify, request
 from app.api import bp
 from app.api.auth import token_required
 from app.services.errors import Invalid
-from app.services.schedules import (
+from app.services.runs.schedules import (
     check_schedule,
     create_schedule,
     delete_schedule,

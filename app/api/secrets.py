@@ -7,8 +7,8 @@ from flask import g, jsonify, request
 from app.api import bp
 from app.api.auth import token_required
 from app.models import iso_utc
+from app.services.accounts.secrets import check_secret_name, delete_secret, secrets_of, set_secret
 from app.services.errors import Invalid
-from app.services.secrets import check_secret_name, delete_secret, secrets_of, set_secret
 
 
 def _secret_json(row) -> dict:

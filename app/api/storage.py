@@ -7,9 +7,8 @@ from flask import g, jsonify, request
 from app.api import bp
 from app.api.auth import token_required
 from app.services.errors import Invalid
-from app.services.quota import usage_json
-from app.services.request_slots import TRANSFER
-from app.services.storage import (
+from app.services.files.quota import usage_json
+from app.services.files.storage import (
     MAX_FILE_SECONDS,
     delete,
     delete_volume,
@@ -19,7 +18,8 @@ from app.services.storage import (
     store_file,
     volume_summaries,
 )
-from app.services.volumes import check_volume_name
+from app.services.files.volumes import check_volume_name
+from app.services.site.request_slots import TRANSFER
 from app.web.byte_paths import path_arg
 from app.web.downloads import send_volume_file
 from app.web.request_args import STREAMED, json_object

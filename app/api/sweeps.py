@@ -7,8 +7,9 @@ from flask import g, jsonify, request
 from app.api import bp
 from app.api.auth import token_required
 from app.services.errors import Invalid
-from app.services.runs import REQUEST_KEY, parse_request, request_notes
-from app.services.sweeps import (
+from app.services.runs.names import REQUEST_KEY
+from app.services.runs.request import parse_request, request_notes
+from app.services.runs.sweeps import (
     check_sweep,
     create_sweep,
     find_sweep,

@@ -6,16 +6,12 @@ from flask import g, jsonify, request
 
 from app.api import bp
 from app.api.auth import token_required
-from app.services.run_text import header_line
-from app.services.runs import (
-    check_run,
-    dollars,
-    run_for_request_key,
-    run_json,
-    start_transfer,
-    transfer_request,
-)
-from app.services.transfers import parse_transfer
+from app.services.runs.listing import run_json
+from app.services.runs.names import run_for_request_key
+from app.services.runs.request import dollars, transfer_request
+from app.services.runs.submit import check_run, start_transfer
+from app.services.runs.text import header_line
+from app.services.runs.transfers import parse_transfer
 
 
 @bp.post("/transfers")

@@ -5,8 +5,8 @@ from flask import g, jsonify, request
 
 from app.api import bp
 from app.api.auth import token_required
-from app.services.pricing import usd_text
-from app.services.usage import usage_report
+from app.services.money.pricing import usd_text
+from app.services.money.usage import usage_report
 
 
 def _dollars(micros: int | None) -> str | None:

@@ -8,7 +8,7 @@ from flask import flash, redirect, render_template, request, url_for
 from app.dashboard import bp
 from app.dashboard.auth import site_admin_required
 from app.models import ROLES
-from app.services.orgs import (
+from app.services.accounts.orgs import (
     add_user,
     find_org,
     get_or_create_org,
@@ -16,7 +16,7 @@ from app.services.orgs import (
     set_monthly_limit,
     users_by_org,
 )
-from app.services.pricing import change_prices, current_prices, format_usd, limit_text, usd_text
+from app.services.money.pricing import change_prices, current_prices, format_usd, limit_text, usd_text
 
 
 @bp.get("/admin")

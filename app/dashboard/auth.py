@@ -1,5 +1,5 @@
 """Sign in and out of the dashboard: username and password (wrong ones
-counted and slowed, app/services/throttle.py), a session cookie (HttpOnly,
+counted and slowed, app/services/accounts/throttle.py), a session cookie (HttpOnly,
 SameSite=Lax, Secure where configured), CSRF on every form and HTMX request
 (Flask-WTF).
 
@@ -18,9 +18,9 @@ from flask import current_app, g, redirect, render_template, request, session, u
 from itsdangerous import BadSignature, URLSafeSerializer
 
 from app.dashboard import bp
-from app.services import throttle
+from app.services.accounts import throttle
+from app.services.accounts.passwords import end_sessions, user_for_password
 from app.services.errors import Forbidden
-from app.services.passwords import end_sessions, user_for_password
 from app.web.credentials import signed_in_user
 
 # Where sign-in may send the browser: a path of this site, printable ASCII

@@ -7,10 +7,11 @@ from flask import render_template
 
 from app.dashboard import bp
 from app.dashboard.auth import site_admin_required
-from app.services.cluster import cluster_nodes, gpu_capacity, queued_runs
+from app.services.cluster.capacity import cluster_nodes, gpu_capacity
 from app.services.errors import Unavailable
-from app.services.pricing import current_prices, format_usd
-from app.services.slurm_access import current_site
+from app.services.money.pricing import current_prices, format_usd
+from app.services.runs.listing import queued_runs
+from app.services.site.slurm_access import current_site
 
 
 @bp.get("/cluster")

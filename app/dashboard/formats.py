@@ -10,9 +10,9 @@ from markupsafe import Markup, escape
 
 from app.dashboard import bp
 from app.models import iso_utc
-from app.services.pricing import format_usd, usd_text
-from app.services.pricing import micros as to_micros
-from app.services.run_text import format_duration
+from app.services.money.pricing import format_usd, usd_text
+from app.services.money.pricing import micros as to_micros
+from app.services.runs.text import format_duration
 from app.web.byte_paths import path_query
 from divergent.terms import format_bytes, shown
 

@@ -8,8 +8,9 @@ from flask import g, render_template, request
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
-from app.services.logs import STREAMS, log_since, log_window
-from app.services.runs import LIVE, find_run
+from app.models import LIVE
+from app.services.runs.listing import find_run
+from app.services.runs.logs import STREAMS, log_since, log_window
 from app.web.request_args import int_arg
 
 

@@ -6,22 +6,17 @@ from flask import Response, flash, g, redirect, render_template, request, stream
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
-from app.models import RUN_STATUSES
-from app.services.catalog import catalog
+from app.models import LIVE, RUN_STATUSES
+from app.services.accounts.orgs import members_of
 from app.services.errors import ServiceError
-from app.services.logs import log_window, masked_stream
-from app.services.orgs import members_of
-from app.services.request_slots import TRANSFER
-from app.services.run_text import cli_command, hardware, header_line, summary_line
-from app.services.runs import (
-    LIVE,
-    create_run,
-    find_run,
-    page_of_runs,
-    rerun_request,
-    run_json,
-    stop_run,
-)
+from app.services.money.catalog import catalog
+from app.services.runs.listing import find_run, page_of_runs, run_json
+from app.services.runs.logs import log_window, masked_stream
+from app.services.runs.request import rerun_request
+from app.services.runs.stop import stop_run
+from app.services.runs.submit import create_run
+from app.services.runs.text import cli_command, hardware, header_line, summary_line
+from app.services.site.request_slots import TRANSFER
 from app.web.request_args import int_arg
 from app.web.slots import holding_slot
 

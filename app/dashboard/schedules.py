@@ -6,7 +6,7 @@ from flask import flash, g, redirect, render_template, url_for
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
-from app.services.schedules import delete_schedule, schedule_json, schedules_of
+from app.services.runs.schedules import delete_schedule, schedule_json, schedules_of
 
 
 @bp.get("/schedules")

@@ -6,10 +6,10 @@ from flask import flash, g, redirect, render_template, request, url_for
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
+from app.services.accounts.keys import create_key, keys_of, revoke_key
+from app.services.accounts.orgs import members_of
 from app.services.errors import NotFound
-from app.services.keys import create_key, keys_of, revoke_key
-from app.services.notify import channels_of
-from app.services.orgs import members_of
+from app.services.notify.notices import channels_of
 
 
 def _settings_page(new_key: str | None = None):

@@ -9,8 +9,8 @@ from flask import g, render_template, request
 from app.dashboard import bp
 from app.dashboard.auth import login_required
 from app.models import utcnow
-from app.services.pricing import format_usd
-from app.services.usage import month_bounds, spend_by_day, usage_report
+from app.services.money.pricing import format_usd
+from app.services.money.usage import month_bounds, spend_by_day, usage_report
 
 
 @bp.get("/spend")

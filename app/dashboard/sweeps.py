@@ -8,7 +8,7 @@ from flask import g, render_template, request
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
-from app.services.sweeps import find_sweep, members_of, sweep_json, sweeps_of
+from app.services.runs.sweeps import find_sweep, members_of, sweep_json, sweeps_of
 
 # Metrics shown as columns: the first this many names the members reported.
 KEY_METRICS = 4

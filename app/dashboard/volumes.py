@@ -6,10 +6,10 @@ from flask import g, render_template
 
 from app.dashboard import bp
 from app.dashboard.auth import login_required
-from app.services.quota import usage_json
-from app.services.request_slots import TRANSFER
-from app.services.storage import list_path, volume_summaries
-from app.services.volumes import check_volume_name
+from app.services.files.quota import usage_json
+from app.services.files.storage import list_path, volume_summaries
+from app.services.files.volumes import check_volume_name
+from app.services.site.request_slots import TRANSFER
 from app.web.byte_paths import path_arg
 from app.web.downloads import send_volume_file
 from app.web.slots import holding_slot

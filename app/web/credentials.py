@@ -2,15 +2,15 @@
 read it: an API key sent as `Authorization: Bearer div_…`, or the
 dashboard's signed-in session. A wrong key is counted against the key it
 names (its prefix) or the address, and answered 429 past the limit
-(app/services/throttle.py)."""
+(app/services/accounts/throttle.py)."""
 from __future__ import annotations
 
 from flask import request, session
 
 from app.models import ApiKey, User
-from app.services import throttle
-from app.services.keys import api_key_for, key_prefix
-from app.services.passwords import user_for_session
+from app.services.accounts import throttle
+from app.services.accounts.keys import api_key_for, key_prefix
+from app.services.accounts.passwords import user_for_session
 
 
 def bearer_key() -> str | None:

@@ -10,7 +10,7 @@ import posixpath
 from flask import request, send_file
 
 from app.models import Org
-from app.services.storage import open_for_download
+from app.services.files.storage import open_for_download
 from divergent.terms import shown
 
 

@@ -1,4 +1,4 @@
-"""`GET /metrics` for Prometheus (app/services/monitoring.py): for a scrape
+"""`GET /metrics` for Prometheus (app/services/cluster/monitoring.py): for a scrape
 token (DIV_METRICS_TOKEN, as `Authorization: Bearer …`), a site admin's
 API key, or a site admin signed in to the dashboard. It says how busy
 every org is, so nobody else gets it."""
@@ -9,9 +9,9 @@ import hmac
 from flask import Blueprint, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.services import throttle
-from app.services.keys import key_prefix
-from app.services.monitoring import exposition
+from app.services.accounts import throttle
+from app.services.accounts.keys import key_prefix
+from app.services.cluster.monitoring import exposition
 from app.web.credentials import bearer_key, key_row, signed_in_user
 
 bp = Blueprint("metrics", __name__)

@@ -1,5 +1,5 @@
 """Views that hold a worker thread for as long as a client makes them take
-a slot of their kind (app/services/request_slots.py) for the signed-in
+a slot of their kind (app/services/site/request_slots.py) for the signed-in
 user's org, given back once the response has been sent (or given up)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from functools import wraps
 
 from flask import Response, g, make_response
 
-from app.services.request_slots import Kind, take_slot
+from app.services.site.request_slots import Kind, take_slot
 
 
 def holding_slot(kind: Kind):
