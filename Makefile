@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FLASK_APP := wsgi.py
 
-.PHONY: up install test test-fast lint down bench cluster s3 postgres test-tools node-torch pyslurm
+.PHONY: up install wheel test test-fast lint down bench cluster s3 postgres test-tools node-torch pyslurm
 
 # The server, the reconciler and their admin commands run as the service
 # user (scripts/services); the key file for the developer is copied out.
@@ -36,6 +36,11 @@ services.env:
 install:
 	$(call venv_with,requirements.txt)
 	@echo "installed in $(CURDIR)/$(VENV); next: deploy/ (systemd units, nginx site, env file)"
+
+# The package as a wheel in dist/: `pip install` of it is the CLI alone;
+# with [server], the server.
+wheel: $(VENV)/.installed
+	$(BIN)/pip wheel -q --no-deps --no-build-isolation -w dist .
 
 # The core end to end on the second profile (tests/test_site2.py), then
 # everything on the docs' cluster, TEST_WORKERS tests side by side
@@ -113,7 +118,7 @@ define venv_with
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r $(1) -e .
+	$(BIN)/pip install -q -r $(1) -e '.[server]'
 endef
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml

@@ -9,12 +9,12 @@ import secrets
 from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from app import admin
-from app.config import Config
-from app.extensions import csrf, db, htmx, migrate
-from app.services.instance_files import instance_secret
-from app.web import errors, security_headers
-from app.web.request_args import StrictJSONProvider
+from divergent.app import admin
+from divergent.app.config import Config
+from divergent.app.extensions import csrf, db, htmx, migrate
+from divergent.app.services.instance_files import instance_secret
+from divergent.app.web import errors, security_headers
+from divergent.app.web.request_args import StrictJSONProvider
 
 
 def create_app(test_config: dict | None = None, instance_path: str | None = None) -> Flask:
@@ -53,16 +53,16 @@ def create_app(test_config: dict | None = None, instance_path: str | None = None
     htmx.init_app(app)
     migrate.init_app(app, db, directory=os.path.join(os.path.dirname(__file__), "..", "migrations"))
 
-    from app import models  # noqa: F401  (tables known to Flask-Migrate)
-    from app.api import bp as api_bp
+    from divergent.app import models  # noqa: F401  (tables known to Flask-Migrate)
+    from divergent.app.api import bp as api_bp
     app.register_blueprint(api_bp, url_prefix="/api/v1")
     # The API authenticates every request by its key, never by a cookie:
     # there is nothing for a cross-site form to ride on.
     csrf.exempt(api_bp)
-    from app.dashboard import bp as dashboard_bp
+    from divergent.app.dashboard import bp as dashboard_bp
     app.register_blueprint(dashboard_bp)
-    from app.web.metrics import bp as metrics_bp
-    from app.web.metrics import check_token
+    from divergent.app.web.metrics import bp as metrics_bp
+    from divergent.app.web.metrics import check_token
     check_token(app.config)
     app.register_blueprint(metrics_bp)
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from app.extensions import db
+from divergent.app.extensions import db
 
 ROLES = ("member", "org_admin", "site_admin")
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "canceled",

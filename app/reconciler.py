@@ -16,25 +16,29 @@ import time
 from collections import defaultdict
 from datetime import UTC, datetime
 
-from app.extensions import db
-from app.models import LIVE, Org, Run, utcnow
-from app.services import leases
-from app.services.accounts.secrets import masked_metrics, remove_secrets_file, rewrite_secrets_file
-from app.services.errors import Unavailable
-from app.services.files.quota import measure_next
-from app.services.files.volumes import data_path, run_dir, run_is_ending
-from app.services.money.pricing import cost
-from app.services.money.usage import month_spend
-from app.services.notify.notices import enqueue_for
-from app.services.runs.checks import verdict
-from app.services.runs.listing import run_json
-from app.services.runs.metrics import CYCLE_BUDGET, ORG_CYCLE_BUDGET, MetricsRead, read_metrics
-from app.services.runs.schedules import fire_due
-from app.services.runs.submissions import dropped_while_waiting, end_dropped_member, settle_unsubmitted
-from app.services.site.gauges import record_cycle
-from app.services.site.slurm_access import slurm_client
-from slurm.client import SlurmError
-from slurm.records import JobRecord, run_status
+from divergent.app.extensions import db
+from divergent.app.models import LIVE, Org, Run, utcnow
+from divergent.app.services import leases
+from divergent.app.services.accounts.secrets import masked_metrics, remove_secrets_file, rewrite_secrets_file
+from divergent.app.services.errors import Unavailable
+from divergent.app.services.files.quota import measure_next
+from divergent.app.services.files.volumes import data_path, run_dir, run_is_ending
+from divergent.app.services.money.pricing import cost
+from divergent.app.services.money.usage import month_spend
+from divergent.app.services.notify.notices import enqueue_for
+from divergent.app.services.runs.checks import verdict
+from divergent.app.services.runs.listing import run_json
+from divergent.app.services.runs.metrics import CYCLE_BUDGET, ORG_CYCLE_BUDGET, MetricsRead, read_metrics
+from divergent.app.services.runs.schedules import fire_due
+from divergent.app.services.runs.submissions import (
+    dropped_while_waiting,
+    end_dropped_member,
+    settle_unsubmitted,
+)
+from divergent.app.services.site.gauges import record_cycle
+from divergent.app.services.site.slurm_access import slurm_client
+from divergent.slurm.client import SlurmError
+from divergent.slurm.records import JobRecord, run_status
 
 LEASE = leases.RECONCILER
 LEASE_SECONDS = 10.0

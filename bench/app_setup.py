@@ -9,10 +9,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app import create_app  # noqa: E402
-from app.extensions import db  # noqa: E402
-from app.models import Org, Project, User  # noqa: E402
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user  # noqa: E402
+from divergent.app import create_app  # noqa: E402
+from divergent.app.extensions import db  # noqa: E402
+from divergent.app.models import Org, Project, User  # noqa: E402
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user  # noqa: E402
 
 
 def bench_app(tmp: str):

@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.extensions import db  # noqa: E402
-from app.models import Run  # noqa: E402
-from app.services.accounts.passwords import set_password  # noqa: E402
 from bench.app_setup import bench_app, fresh_org  # noqa: E402
 from bench.common import record  # noqa: E402
+from divergent.app.extensions import db  # noqa: E402
+from divergent.app.models import Run  # noqa: E402
+from divergent.app.services.accounts.passwords import set_password  # noqa: E402
 
 RUNS = 100_000
 PASSWORD = "bench password 1"

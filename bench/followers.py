@@ -33,11 +33,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.extensions import db  # noqa: E402
-from app.models import Org, Project, Run, User  # noqa: E402
-from app.services.files.volumes import run_dir  # noqa: E402
 from bench.app_setup import bench_app  # noqa: E402
 from bench.common import ROOT, record  # noqa: E402
+from divergent.app.extensions import db  # noqa: E402
+from divergent.app.models import Org, Project, Run, User  # noqa: E402
+from divergent.app.services.files.volumes import run_dir  # noqa: E402
 
 REQUESTS = 200
 CLIENTS = 8

@@ -19,16 +19,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.extensions import db  # noqa: E402
-from app.models import LIVE, Project, Run  # noqa: E402
-from app.reconciler import reconcile_once  # noqa: E402
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user  # noqa: E402
-from app.services.files.volumes import run_dir  # noqa: E402
-from app.services.site import slurm_access  # noqa: E402
 from bench.app_setup import bench_app, fresh_org  # noqa: E402
 from bench.common import record  # noqa: E402
-from slurm.client import SlurmClient  # noqa: E402
-from slurm.transport import CommandResult  # noqa: E402
+from divergent.app.extensions import db  # noqa: E402
+from divergent.app.models import LIVE, Project, Run  # noqa: E402
+from divergent.app.reconciler import reconcile_once  # noqa: E402
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user  # noqa: E402
+from divergent.app.services.files.volumes import run_dir  # noqa: E402
+from divergent.app.services.site import slurm_access  # noqa: E402
+from divergent.slurm.client import SlurmClient  # noqa: E402
+from divergent.slurm.transport import CommandResult  # noqa: E402
 
 FLOOD_MB = 128
 NORMAL_POINTS = 100

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import record  # noqa: E402
-from slurm.script import PYTHON_ENV  # noqa: E402
+from divergent.slurm.script import PYTHON_ENV  # noqa: E402
 
 ROUNDS = 20
 

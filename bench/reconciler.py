@@ -17,15 +17,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.extensions import db  # noqa: E402
-from app.models import Run  # noqa: E402
-from app.reconciler import reconcile_once  # noqa: E402
-from app.services.runs.metrics import MetricsRead, read_metrics  # noqa: E402
-from app.services.site import slurm_access  # noqa: E402
 from bench.app_setup import bench_app, fresh_org  # noqa: E402
 from bench.common import record  # noqa: E402
-from slurm.client import SlurmClient  # noqa: E402
-from slurm.transport import CommandResult  # noqa: E402
+from divergent.app.extensions import db  # noqa: E402
+from divergent.app.models import Run  # noqa: E402
+from divergent.app.reconciler import reconcile_once  # noqa: E402
+from divergent.app.services.runs.metrics import MetricsRead, read_metrics  # noqa: E402
+from divergent.app.services.site import slurm_access  # noqa: E402
+from divergent.slurm.client import SlurmClient  # noqa: E402
+from divergent.slurm.transport import CommandResult  # noqa: E402
 
 RUNS = 5_000
 LINES = 100_000

@@ -19,9 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import record  # noqa: E402
-from slurm.client import SlurmClient  # noqa: E402
-from slurm.pyslurm_client import PyslurmClient  # noqa: E402
-from slurm.transport import SSHTransport  # noqa: E402
+from divergent.slurm.client import SlurmClient  # noqa: E402
+from divergent.slurm.pyslurm_client import PyslurmClient  # noqa: E402
+from divergent.slurm.transport import SSHTransport  # noqa: E402
 from tests.sshd import running_sshd  # noqa: E402
 
 JOBS = 5_000

@@ -15,10 +15,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import record  # noqa: E402
-from slurm.client import SlurmClient  # noqa: E402
-from slurm.jobspec import JobSpec, SlurmSite  # noqa: E402
-from slurm.records import parse_sacct  # noqa: E402
-from slurm.script import render_batch_script  # noqa: E402
+from divergent.slurm.client import SlurmClient  # noqa: E402
+from divergent.slurm.jobspec import JobSpec, SlurmSite  # noqa: E402
+from divergent.slurm.records import parse_sacct  # noqa: E402
+from divergent.slurm.script import render_batch_script  # noqa: E402
 
 ROUNDS = 30
 

@@ -17,9 +17,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import record  # noqa: E402
-from slurm.client import SlurmClient  # noqa: E402
-from slurm.jobspec import ArrayMember, JobSpec, SlurmSite  # noqa: E402
-from slurm.script import render_batch_script  # noqa: E402
+from divergent.slurm.client import SlurmClient  # noqa: E402
+from divergent.slurm.jobspec import ArrayMember, JobSpec, SlurmSite  # noqa: E402
+from divergent.slurm.script import render_batch_script  # noqa: E402
 
 MEMBERS, ROUNDS = 20, 5
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 from urllib.parse import quote, urlencode, urlsplit
 
-from cli.net import proxy_for, tls_context
+from divergent.cli.net import proxy_for, tls_context
 
 # Log streams send an event at least every 5 s; silence for longer is a dead peer.
 TIMEOUT = 30

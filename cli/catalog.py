@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cli.api import ApiError, ApiUnreachable
+from divergent.cli.api import ApiError, ApiUnreachable
 from divergent.terms import (
     CORES_PER_UNIT,
     CPU,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import click
 from click.shell_completion import CompletionItem
 
-from cli.api import ApiClient, ApiError, ApiUnreachable
-from cli.config import resolve
+from divergent.cli.api import ApiClient, ApiError, ApiUnreachable
+from divergent.cli.config import resolve
 
 # Short: a Tab that waits on a server that is away must not hang the shell.
 TIMEOUT = 3

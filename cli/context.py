@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from cli.api import ApiClient, ApiError, ApiUnreachable
-from cli.config import resolve
+from divergent.cli.api import ApiClient, ApiError, ApiUnreachable
+from divergent.cli.config import resolve
 
 
 def api_options(command):

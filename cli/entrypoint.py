@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from cli.flags import python_entrypoint
+from divergent.cli.flags import python_entrypoint
 
 # Scopes of their own: what they bind is not the module's.
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp,

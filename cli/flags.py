@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import click
 
-from cli.catalog import FALLBACK, Shape
+from divergent.cli.catalog import FALLBACK, Shape
 from divergent.terms import CHECK, ENV_KEY, IMAGE_REF, NUMBER, RESERVED_ENV, RUN_NAME, S3_BUCKET, VOLUME_NAME
 
 RESERVED_TEXT = ("SLURM_*, DIV_*, BASH_ENV, ENV, BASH_FUNC_* and the names divergent sets "

@@ -10,7 +10,7 @@ import time
 
 import click
 
-from cli.api import ApiClient, ApiError, ApiUnreachable
+from divergent.cli.api import ApiClient, ApiError, ApiUnreachable
 
 # The server's answers when it follows as many logs as it will at once
 # (app/services/site/request_slots.py): wait and try again, as for a lost API.

@@ -6,8 +6,8 @@ import time
 
 import click
 
-from cli.context import pass_api
-from cli.output import print_json, started, table
+from divergent.cli.context import pass_api
+from divergent.cli.output import print_json, started, table
 
 
 @click.command("whoami")

@@ -6,9 +6,9 @@ import sys
 
 import click
 
-from cli.api import ApiClient, ApiError, ApiUnreachable
-from cli.config import write_file
-from cli.context import fail
+from divergent.cli.api import ApiClient, ApiError, ApiUnreachable
+from divergent.cli.config import write_file
+from divergent.cli.context import fail
 
 
 @click.command("login")

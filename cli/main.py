@@ -3,17 +3,17 @@ from __future__ import annotations
 
 import click
 
-from cli.keys import keys, whoami
-from cli.login import login
-from cli.notify import notify
-from cli.run import run
-from cli.runs import logs, ls, open_, rerun, stop
-from cli.schedule import schedule
-from cli.secrets import secrets
-from cli.storage import storage
-from cli.sweep import sweep
-from cli.transfers import export, import_
-from cli.usage import usage
+from divergent.cli.keys import keys, whoami
+from divergent.cli.login import login
+from divergent.cli.notify import notify
+from divergent.cli.run import run
+from divergent.cli.runs import logs, ls, open_, rerun, stop
+from divergent.cli.schedule import schedule
+from divergent.cli.secrets import secrets
+from divergent.cli.storage import storage
+from divergent.cli.sweep import sweep
+from divergent.cli.transfers import export, import_
+from divergent.cli.usage import usage
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

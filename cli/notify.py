@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from cli.context import pass_api
-from cli.output import print_json, started, table
+from divergent.cli.context import pass_api
+from divergent.cli.output import print_json, started, table
 
 EVENTS = "failed,budget_exceeded,limit_reached,checks_failed,ended"
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import click
 
-from cli.api import ApiClient, ApiError, ApiUnreachable
-from cli.catalog import FALLBACK, Shape, cluster_shape
-from cli.config import resolve
-from cli.context import fail, pass_api
-from cli.entrypoint import check_entrypoint
-from cli.flags import (
+from divergent.cli.api import ApiClient, ApiError, ApiUnreachable
+from divergent.cli.catalog import FALLBACK, Shape, cluster_shape
+from divergent.cli.config import resolve
+from divergent.cli.context import fail, pass_api
+from divergent.cli.entrypoint import check_entrypoint
+from divergent.cli.flags import (
     check_hardware,
     command_for,
     parse_check,
@@ -31,10 +31,10 @@ from cli.flags import (
     parse_volume,
     safe_project_name,
 )
-from cli.follow import follow, through_restarts
-from cli.output import count, exit_code_for, print_json
-from cli.sweep import follow_sweep
-from cli.upload import hash_files, list_files, upload
+from divergent.cli.follow import follow, through_restarts
+from divergent.cli.output import count, exit_code_for, print_json
+from divergent.cli.sweep import follow_sweep
+from divergent.cli.upload import hash_files, list_files, upload
 from divergent.terms import DEFAULT_IMAGE, format_bytes
 
 # What the server answers for a request it will not take as it is.

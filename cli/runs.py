@@ -6,12 +6,12 @@ import webbrowser
 
 import click
 
-from cli.api import ApiError, ApiUnreachable
-from cli.complete import run_names
-from cli.context import pass_api
-from cli.follow import follow
-from cli.output import dollars, duration, exit_code_for, print_json, started, table
-from cli.run import follow_started, start
+from divergent.cli.api import ApiError, ApiUnreachable
+from divergent.cli.complete import run_names
+from divergent.cli.context import pass_api
+from divergent.cli.follow import follow
+from divergent.cli.output import dollars, duration, exit_code_for, print_json, started, table
+from divergent.cli.run import follow_started, start
 
 STATUSES = ("queued", "running", "succeeded", "failed", "canceled", "budget_exceeded",
             "limit_reached")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from cli.context import pass_api
-from cli.flags import parse_name
-from cli.output import print_json, table
-from cli.run import check_first, run, run_request
+from divergent.cli.context import pass_api
+from divergent.cli.flags import parse_name
+from divergent.cli.output import print_json, table
+from divergent.cli.run import check_first, run, run_request
 
 
 @click.group("schedule")

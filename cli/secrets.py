@@ -7,9 +7,9 @@ import sys
 
 import click
 
-from cli.context import pass_api
-from cli.flags import parse_secret_name
-from cli.output import print_json, started, table
+from divergent.cli.context import pass_api
+from divergent.cli.flags import parse_secret_name
+from divergent.cli.output import print_json, started, table
 
 
 @click.group("secrets")

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import click
 
-from cli.api import ApiClient, ApiError
-from cli.complete import volume_names
-from cli.context import pass_api
-from cli.flags import parse_volume
-from cli.output import count, print_json, started, table
-from cli.progress import Progress
-from cli.upload import LocalFile, hash_file, refuse_too_large, regular_files, stat_files, walk_files
+from divergent.cli.api import ApiClient, ApiError
+from divergent.cli.complete import volume_names
+from divergent.cli.context import pass_api
+from divergent.cli.flags import parse_volume
+from divergent.cli.output import count, print_json, started, table
+from divergent.cli.progress import Progress
+from divergent.cli.upload import LocalFile, hash_file, refuse_too_large, regular_files, stat_files, walk_files
 from divergent.terms import format_bytes, shown
 
 PARALLEL = 8

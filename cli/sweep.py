@@ -8,9 +8,9 @@ import time
 
 import click
 
-from cli.context import pass_api
-from cli.follow import through_restarts
-from cli.output import count, exit_code_for, print_json
+from divergent.cli.context import pass_api
+from divergent.cli.follow import through_restarts
+from divergent.cli.output import count, exit_code_for, print_json
 from divergent.terms import shown
 
 POLL_SECONDS = 1.0

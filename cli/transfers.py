@@ -8,9 +8,9 @@ from decimal import Decimal
 
 import click
 
-from cli.context import pass_api
-from cli.flags import parse_s3_url, parse_usd, parse_volume
-from cli.run import check_first, follow_started, start
+from divergent.cli.context import pass_api
+from divergent.cli.flags import parse_s3_url, parse_usd, parse_volume
+from divergent.cli.run import check_first, follow_started, start
 
 FOLLOW_OPTIONS = (
     click.option("--max-spend", metavar="USD",

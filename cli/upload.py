@@ -15,9 +15,9 @@ from pathlib import Path
 
 import click
 
-from cli.api import ApiClient
-from cli.follow import WaitingLine
-from cli.output import count
+from divergent.cli.api import ApiClient
+from divergent.cli.follow import WaitingLine
+from divergent.cli.output import count
 from divergent.terms import format_bytes, shown
 
 MAX_FILE_BYTES = 256 * 1000 * 1000

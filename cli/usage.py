@@ -5,8 +5,8 @@ import re
 
 import click
 
-from cli.context import pass_api
-from cli.output import dollars, print_json, table
+from divergent.cli.context import pass_api
+from divergent.cli.output import dollars, print_json, table
 
 
 def _month(ctx, param, value: str | None) -> str | None:

@@ -8,7 +8,7 @@ import re
 import time
 from collections.abc import Callable
 
-from slurm.records import (
+from divergent.slurm.records import (
     SACCT_FIELDS,
     SINFO_FIELDS,
     SQUEUE_FORMAT,
@@ -20,7 +20,7 @@ from slurm.records import (
     parse_squeue,
     slurm_minutes,
 )
-from slurm.transport import CommandResult, LocalTransport, TransportError
+from divergent.slurm.transport import CommandResult, LocalTransport, TransportError
 
 log = logging.getLogger("divergent.slurm")
 

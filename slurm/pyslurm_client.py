@@ -17,9 +17,9 @@ import tempfile
 import threading
 import time
 
-from slurm.client import SlurmClient, SlurmError, SlurmUnreachable, _job_id, _judged_sbatch
-from slurm.records import LIVE_STATES, JobRecord, accounted, plain_reason
-from slurm.transport import CommandResult, LocalTransport
+from divergent.slurm.client import SlurmClient, SlurmError, SlurmUnreachable, _job_id, _judged_sbatch
+from divergent.slurm.records import LIVE_STATES, JobRecord, accounted, plain_reason
+from divergent.slurm.transport import CommandResult, LocalTransport
 
 # How to get a pyslurm for this host's Slurm, for whoever reads the error.
 INSTALL_HINT = ("build it for this Slurm with `make pyslurm` (scripts/pyslurm-wheel), "

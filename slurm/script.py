@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 
-from slurm.jobspec import JobSpec, SlurmSite, check_env_name, job_name
+from divergent.slurm.jobspec import JobSpec, SlurmSite, check_env_name, job_name
 
 METRICS_PATH = "/div/metrics.jsonl"
 # The run's secrets, in its state folder (0600) until the batch script has

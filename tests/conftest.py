@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from flask_migrate import upgrade
 
-from app import create_app
-from app.extensions import db
-from slurm.client import SlurmClient
-from slurm.pyslurm_client import PyslurmClient
-from slurm.transport import LocalTransport, SSHTransport
+from divergent.app import create_app
+from divergent.app.extensions import db
+from divergent.slurm.client import SlurmClient
+from divergent.slurm.pyslurm_client import PyslurmClient
+from divergent.slurm.transport import LocalTransport, SSHTransport
 from tests.cluster_turns import cluster_turn
 from tests.sshd import free_port, running_sshd
 from tests.stack import fresh_postgres_database

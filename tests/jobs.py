@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import time
 
-from slurm.client import SlurmClient
-from slurm.jobspec import JobSpec, SlurmSite
+from divergent.slurm.client import SlurmClient
+from divergent.slurm.jobspec import JobSpec, SlurmSite
 
 # The dev cluster's Python lives in /usr: runtime `none` needs nothing more.
 SITE = SlurmSite()

@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from slurm.client import SlurmClient
-from slurm.pyslurm_client import INSTALL_HINT
+from divergent.slurm.client import SlurmClient
+from divergent.slurm.pyslurm_client import INSTALL_HINT
 from tests.stack import ROOT
 
 

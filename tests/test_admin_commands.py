@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from app.extensions import db
-from app.models import Org, Project, Run
-from app.services.accounts.keys import user_for_key
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from app.services.accounts.passwords import user_for_password
-from app.services.errors import Invalid
-from app.services.runs.request import parse_request
-from app.services.runs.sizing import size_run
-from app.services.site import slurm_access
-from slurm.client import SlurmError
+from divergent.app.extensions import db
+from divergent.app.models import Org, Project, Run
+from divergent.app.services.accounts.keys import user_for_key
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.services.accounts.passwords import user_for_password
+from divergent.app.services.errors import Invalid
+from divergent.app.services.runs.request import parse_request
+from divergent.app.services.runs.sizing import size_run
+from divergent.app.services.site import slurm_access
+from divergent.slurm.client import SlurmError
 
 
 def flask(runner, *args: str, code: int = 0):

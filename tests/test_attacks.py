@@ -23,7 +23,7 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
-from app.services.files.code import FileEntry, tree_hash
+from divergent.app.services.files.code import FileEntry, tree_hash
 from tests.buckets import s3_client
 from tests.serving import serving
 from tests.sshd import free_port
@@ -409,8 +409,8 @@ def test_a_link_a_run_left_in_a_volume_is_removed_by_a_purge_never_followed(app,
                                                                            tmp_path):
     """A run may leave anything in its org's volumes; purging the removed
     org's volumes must delete the link, not what it points at."""
-    from app.services.accounts.orgs import get_or_create_org
-    from app.services.files.volumes import ensure_volume
+    from divergent.app.services.accounts.orgs import get_or_create_org
+    from divergent.app.services.files.volumes import ensure_volume
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "keep.txt").write_text("another org's, or the host's")
@@ -428,8 +428,8 @@ def test_a_runs_values_are_never_read_as_directives_by_the_pyslurm_transport(tmp
     """sbatch reads #SBATCH lines only above the script's first command; the
     pyslurm transport reads them itself, and must stop there too, or a run's
     env value could move the job to another org's account or user."""
-    from slurm.pyslurm_client import submit_options
-    from slurm.script import render_batch_script
+    from divergent.slurm.pyslurm_client import submit_options
+    from divergent.slurm.script import render_batch_script
     from tests.jobs import SITE, spec_for
     dirs = [tmp_path / d for d in ("state", "org", "code")]
     hostile = "x\n#SBATCH --account=victim\n#SBATCH --partition=b300\n#SBATCH --uid=0\n"
@@ -481,10 +481,10 @@ def test_a_webhook_cannot_reach_the_server_or_the_cluster(app_context, app):
     """A member's webhook is the server's own request: a name that resolves
     to the server's host, or an address of the cluster's network, reaches
     nothing (only the networks a site allows, DIV_WEBHOOK_ALLOWED_NETWORKS)."""
-    from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-    from app.services.errors import Invalid
-    from app.services.notify.delivery import NotDelivered, send_webhook
-    from app.services.notify.notices import add_channel
+    from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+    from divergent.app.services.errors import Invalid
+    from divergent.app.services.notify.delivery import NotDelivered, send_webhook
+    from divergent.app.services.notify.notices import add_channel
     from tests.receivers import Webhook
     app.config["DIV_WEBHOOK_ALLOWED_NETWORKS"] = ""
     user = get_or_create_user(get_or_create_org("attacker-org"), "mallory")
@@ -526,8 +526,8 @@ def test_a_sweep_posted_straight_to_the_api_is_sized_before_any_run_is_made(stac
 def test_a_run_cannot_take_a_sweep_s_job_name(app_context):
     """A sweep's members are found by the array's job name: a run named like
     a sweep could be taken for (and stop) a teammate's array."""
-    from app.services.errors import Invalid
-    from app.services.runs.request import parse_request
+    from divergent.app.services.errors import Invalid
+    from divergent.app.services.runs.request import parse_request
     with pytest.raises(Invalid, match="are a sweep's"):
         parse_request({"project": "p", "command": "true", "gpu": "cpu", "name": "sweep-0bbz"})
 
@@ -536,11 +536,11 @@ def test_no_org_may_queue_more_live_runs_than_the_site_allows(app_context, app):
     """Every live run is followed each cycle, for every org: one org's
     thousands of sweeps would slow (or, past an argument's size, stop) the
     reconciler for all. Counted before anything is made."""
-    from app.extensions import db
-    from app.models import Project, Run
-    from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-    from app.services.errors import Conflict
-    from app.services.runs.submit import check_may_start
+    from divergent.app.extensions import db
+    from divergent.app.models import Project, Run
+    from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+    from divergent.app.services.errors import Conflict
+    from divergent.app.services.runs.submit import check_may_start
     app.config["DIV_MAX_LIVE_RUNS_PER_ORG"] = 3
     user = get_or_create_user(get_or_create_org("busy"), "bo")
     project = Project(org_id=user.org_id, name="p")
@@ -783,8 +783,8 @@ def test_stalled_uploads_hold_threads_only_to_their_deadline_and_never_another_o
 def test_an_upload_that_trickles_ends_at_its_deadline_while_nothing_arrives(app):
     from gunicorn.http.body import Body
 
-    from app.services.errors import Invalid
-    from app.web.upload_body import Deadline
+    from divergent.app.services.errors import Invalid
+    from divergent.app.web.upload_body import Deadline
     server, client = socket.socketpair()
     with app.app_context():
         app.config["DIV_CLIENT_IDLE_SECONDS"] = 60
@@ -942,10 +942,10 @@ def test_an_orgs_storage_quota_counts_volumes_trees_and_blobs_and_refuses_past_i
 
 
 def test_an_org_may_start_only_so_many_runs_within_slurms_job_age(app_context, app):
-    from app.extensions import db
-    from app.models import Org, Project, Run, User
-    from app.services.errors import TooManySubmits
-    from app.services.runs.submit import check_may_start
+    from divergent.app.extensions import db
+    from divergent.app.models import Org, Project, Run, User
+    from divergent.app.services.errors import TooManySubmits
+    from divergent.app.services.runs.submit import check_may_start
     org = Org(name="busy", slurm_account="busy")
     user = User(org=org, username="busy-user")
     db.session.add_all([org, user])
@@ -975,9 +975,9 @@ def test_each_orgs_slurm_account_caps_its_jobs_in_slurm_too(stack, project):
 def test_one_orgs_schedules_fire_a_fair_share_a_pass_and_at_most_so_many(app_context, app):
     from datetime import timedelta
 
-    from app.extensions import db
-    from app.models import Org, Schedule, User, utcnow
-    from app.services.runs import schedules
+    from divergent.app.extensions import db
+    from divergent.app.models import Org, Schedule, User, utcnow
+    from divergent.app.services.runs import schedules
     started = []
     schedules_started = schedules._start
     schedules._start = lambda row: started.append(row.org_id) or type("R", (), {"name": "r"})

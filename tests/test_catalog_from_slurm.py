@@ -1,9 +1,9 @@
 """`flask site init --from-slurm`: a catalog proposed from sinfo's nodes."""
 from __future__ import annotations
 
-from app.services.cluster.catalog_from_slurm import propose
-from slurm.jobspec import GpuType
-from slurm.records import parse_sinfo_nodes
+from divergent.app.services.cluster.catalog_from_slurm import propose
+from divergent.slurm.jobspec import GpuType
+from divergent.slurm.records import parse_sinfo_nodes
 
 # Two A100 nodes of 4 (one smaller), an untyped partition, and CPU nodes.
 SINFO = (

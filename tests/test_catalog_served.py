@@ -4,10 +4,10 @@ answer (both built from divergent.terms); a site with other nodes serves
 their shape."""
 from __future__ import annotations
 
-from app.services.accounts.keys import create_key
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from app.services.money.catalog import catalog_json
-from cli.catalog import FALLBACK, shape_of
+from divergent.app.services.accounts.keys import create_key
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.services.money.catalog import catalog_json
+from divergent.cli.catalog import FALLBACK, shape_of
 
 
 def test_the_clis_fallback_shape_is_what_a_default_server_serves(app, client):

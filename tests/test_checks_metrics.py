@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.services.errors import Invalid
-from app.services.money.pricing import cost
-from app.services.money.usage import month_bounds
-from app.services.runs.checks import parse_check, summary, verdict
-from app.services.runs.metrics import MetricsRead, read_metrics
+from divergent.app.services.errors import Invalid
+from divergent.app.services.money.pricing import cost
+from divergent.app.services.money.usage import month_bounds
+from divergent.app.services.runs.checks import parse_check, summary, verdict
+from divergent.app.services.runs.metrics import MetricsRead, read_metrics
 
 RUN = {"status": "succeeded", "exit_code": 0, "cost": "1.05", "duration": 760,
        "metrics": {"accuracy": 0.83, "loss": 0.4, "name": "lora", "ok": True,

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 from werkzeug.serving import make_server
 
-from app.services.accounts.keys import create_key
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from cli.main import cli
+from divergent.app.services.accounts.keys import create_key
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.cli.main import cli
 from tests.serving import serving
 
 

@@ -6,7 +6,7 @@ from decimal import Decimal
 import click
 import pytest
 
-from cli.flags import (
+from divergent.cli.flags import (
     check_hardware,
     command_for,
     parse_check,
@@ -114,7 +114,7 @@ def test_project_defaults_to_the_folder_name_made_safe():
 
 
 def test_the_cli_refuses_the_names_the_server_reserves():
-    from cli import flags
+    from divergent.cli import flags
     for name in ("BASH_ENV", "ENV", "SLURM_JOB_ID", "SRUN_X", "DIV_RUN", "div_state",
                  "BASH_FUNC_f", "MASTER_PORT", "NODE_RANK"):
         with pytest.raises(click.BadParameter, match="reserved"):

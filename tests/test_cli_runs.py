@@ -18,12 +18,12 @@ import pytest
 from click.testing import CliRunner
 from werkzeug.serving import make_server
 
-from app.services.accounts.keys import create_key
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from app.services.files.volumes import ensure_volume
-from app.services.runs import logs
-from cli.main import cli
-from cli.progress import Progress
+from divergent.app.services.accounts.keys import create_key
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.services.files.volumes import ensure_volume
+from divergent.app.services.runs import logs
+from divergent.cli.main import cli
+from divergent.cli.progress import Progress
 from tests.serving import serving
 from tests.stack import VENV_BIN
 from tests.test_money import last_line

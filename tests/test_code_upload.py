@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app.services.accounts.orgs import get_or_create_org
-from app.services.errors import Invalid
-from app.services.files.code import (
+from divergent.app.services.accounts.orgs import get_or_create_org
+from divergent.app.services.errors import Invalid
+from divergent.app.services.files.code import (
     MissingBlobs,
     lay_out_tree,
     parse_manifest,

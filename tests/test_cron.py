@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.services.errors import Invalid
-from app.services.runs.cron import CronError, describe, parse_cron, parse_zone
+from divergent.app.services.errors import Invalid
+from divergent.app.services.runs.cron import CronError, describe, parse_cron, parse_zone
 
 
 def at(text: str) -> datetime:

@@ -13,10 +13,10 @@ from unittest import mock
 import pytest
 from werkzeug.security import generate_password_hash
 
-from app.extensions import db
-from app.models import Project, Run, User
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from app.services.accounts.passwords import set_password
+from divergent.app.extensions import db
+from divergent.app.models import Project, Run, User
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.services.accounts.passwords import set_password
 
 PASSWORD = "correct horse battery"
 
@@ -33,7 +33,7 @@ def app(app):
         for org_name, username, runs in (("acme", "alice", 60), ("other", "bob", 1)):
             org = get_or_create_org(org_name)
             user = get_or_create_user(org, username)
-            with mock.patch("app.services.accounts.passwords.generate_password_hash", hash_once):
+            with mock.patch("divergent.app.services.accounts.passwords.generate_password_hash", hash_once):
                 set_password(user, PASSWORD)
             project = Project(org_id=org.id, name=f"{org_name}-proj")
             db.session.add(project)
@@ -257,7 +257,7 @@ def test_stop_asks_first_and_needs_the_csrf_token(app):
 
 
 def test_volumes_can_be_browsed_and_files_downloaded_in_the_org_only(app):
-    from app.services.files.volumes import ensure_volume
+    from divergent.app.services.files.volumes import ensure_volume
     with app.app_context():
         org = get_or_create_org("acme")
         root = Path(ensure_volume(org, "checkpoints"))
@@ -302,13 +302,13 @@ def test_the_spend_page_shows_the_month_by_project_and_gpu(app):
 
 
 def test_a_file_time_past_any_calendar_is_shown_as_it_is(app):
-    from app.dashboard.formats import when_filter
+    from divergent.app.dashboard.formats import when_filter
     assert when_filter(1e12) == "1000000000000.0" and when_filter(float("inf")) == "inf"
     assert "2026-11-01 00:00 UTC" in when_filter(datetime(2026, 11, 1, tzinfo=UTC).timestamp())
 
 
 def test_settings_create_a_key_once_revoke_it_and_list_members(app):
-    from app.services.accounts.keys import user_for_key
+    from divergent.app.services.accounts.keys import user_for_key
     client = app.test_client()
     sign_in(client)
     token = csrf_token(client, "/settings")
@@ -359,8 +359,8 @@ def test_the_cluster_page_is_for_site_admins_and_shows_slurms_gpus(app, slurm_cl
 def test_the_cluster_page_asks_slurm_once_however_many_watch(app):
     """Nodes by name with their partitions in order; a queued run of the
     admin's own org links to its page; sinfo once per DIV_CLUSTER_CACHE_SECONDS."""
-    from app.services.site import slurm_access
-    from slurm.records import NodeRecord
+    from divergent.app.services.site import slurm_access
+    from divergent.slurm.records import NodeRecord
 
     class CountedSinfo:
         asked = 0
@@ -486,8 +486,8 @@ def test_site_admins_make_orgs_and_users_and_set_limits_and_prices(app, tmp_path
     assert "<tr><td>vera</td><td>vision-lab</td><td>org_admin</td>" in page
     assert 'value="250.00"' in page and 'name="price_h100" size="6" value="5.10"' in page
     with app.app_context():
-        from app.models import Org
-        from app.services.money.pricing import load_prices
+        from divergent.app.models import Org
+        from divergent.app.services.money.pricing import load_prices
         org = db.session.execute(db.select(Org).filter_by(name="vision-lab")).scalar_one()
         assert org.monthly_limit_micros == 250_000_000
         prices = load_prices(app.config["DIV_PRICES_FILE"])
@@ -517,7 +517,7 @@ def test_the_runs_list_searches_names_and_filters_by_user(app):
 
 
 def test_a_sweep_page_sorts_by_any_column_and_charts_its_first_metric(app):
-    from app.models import Sweep
+    from divergent.app.models import Sweep
     with app.app_context():
         org = get_or_create_org("acme")
         sweep = Sweep(org_id=org.id, user_id=get_or_create_user(org, "alice").id,
@@ -547,7 +547,7 @@ def test_a_sweep_page_sorts_by_any_column_and_charts_its_first_metric(app):
 
 
 def test_a_run_page_lists_its_metrics_the_cli_command_and_downloads_its_log(app):
-    from app.services.accounts.secrets import seal
+    from divergent.app.services.accounts.secrets import seal
     with app.app_context():
         run = db.session.execute(db.select(Run).filter_by(name="alice-008")).scalar_one()
         run.metrics, run.metrics_points = {"loss": 0.12345678, "step": 99}, 100

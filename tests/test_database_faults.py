@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from app.extensions import db
-from app.models import ApiKey, utcnow
-from app.reconciler import run_forever
-from app.services.accounts.keys import create_key
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.extensions import db
+from divergent.app.models import ApiKey, utcnow
+from divergent.app.reconciler import run_forever
+from divergent.app.services.accounts.keys import create_key
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
 
 
 @pytest.fixture

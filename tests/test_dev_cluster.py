@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm.script import render_batch_script
+from divergent.slurm.script import render_batch_script
 from tests.conftest import DEV_STATE
 from tests.jobs import SITE, spec_for, wait_for_end
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from slurm.client import SubmitNotReceived
-from slurm.pyslurm_client import PyslurmClient
-from slurm.script import render_batch_script
+from divergent.slurm.client import SubmitNotReceived
+from divergent.slurm.pyslurm_client import PyslurmClient
+from divergent.slurm.script import render_batch_script
 from tests.conftest import DEV_STATE, POSTGRES_URL, process_alive
 from tests.jobs import SITE, spec_for
 from tests.sshd import free_port

@@ -6,13 +6,13 @@ import base64
 import json
 import os
 
-from app.extensions import db
-from app.models import Project, Run
-from app.services.accounts.keys import create_key
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from app.services.accounts.secrets import seal
-from app.services.files.volumes import run_dir
-from app.services.runs.logs import chunk_event, log_events, read_new, utf8_prefix
+from divergent.app.extensions import db
+from divergent.app.models import Project, Run
+from divergent.app.services.accounts.keys import create_key
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.services.accounts.secrets import seal
+from divergent.app.services.files.volumes import run_dir
+from divergent.app.services.runs.logs import chunk_event, log_events, read_new, utf8_prefix
 
 
 def test_a_character_cut_in_half_waits_for_its_other_half():

@@ -7,10 +7,10 @@ from datetime import UTC
 import pytest
 import sqlalchemy as sa
 
-from app.extensions import db
-from app.models import Project, Run, Volume
-from app.services.accounts.keys import create_key, key_prefix, user_for_key
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.extensions import db
+from divergent.app.models import Project, Run, Volume
+from divergent.app.services.accounts.keys import create_key, key_prefix, user_for_key
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
 
 
 def make_run(org, user, project, name="run-k4t9", **overrides) -> Run:

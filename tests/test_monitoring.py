@@ -10,14 +10,14 @@ from datetime import timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.extensions import db
-from app.models import Project, utcnow
-from app.services.accounts.keys import create_key
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from app.services.site import gauges as site_gauges
-from app.services.site import request_slots, slurm_access
-from app.services.site.request_slots import FOLLOW, take_slot
-from slurm.client import SlurmError
+from divergent.app.extensions import db
+from divergent.app.models import Project, utcnow
+from divergent.app.services.accounts.keys import create_key
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.services.site import gauges as site_gauges
+from divergent.app.services.site import request_slots, slurm_access
+from divergent.app.services.site.request_slots import FOLLOW, take_slot
+from divergent.slurm.client import SlurmError
 from tests.test_models import make_run
 
 TOKEN = "scrape-token-for-tests-0123456789"
@@ -160,8 +160,8 @@ def test_slurm_away_is_asked_once_per_cache_period_not_once_per_waiter(site):
             raise SlurmError("sinfo: error: Unable to contact slurm controller")
 
     app.config["DIV_CLUSTER_CACHE_SECONDS"] = 60
-    from app.services.cluster.capacity import cluster_nodes
-    from app.services.errors import Unavailable
+    from divergent.app.services.cluster.capacity import cluster_nodes
+    from divergent.app.services.errors import Unavailable
     with slurm_access.standing_in(Away()):
         for _ in range(3):
             with pytest.raises(Unavailable):

@@ -12,12 +12,12 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from app.extensions import db
-from app.models import Notification, NotifyChannel, Project, Run
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from app.services.errors import Invalid
-from app.services.notify.notices import add_channel, enqueue_for
-from app.services.notify.outbox import send_due
+from divergent.app.extensions import db
+from divergent.app.models import Notification, NotifyChannel, Project, Run
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.services.errors import Invalid
+from divergent.app.services.notify.notices import add_channel, enqueue_for
+from divergent.app.services.notify.outbox import send_due
 from tests.receivers import receivers, wait_for
 from tests.sshd import free_port
 
@@ -165,7 +165,7 @@ def test_a_message_that_cannot_be_sent_at_all_fails_alone(app_context, monkeypat
     """An error no receiver caused (a bug, a header the mail library
     refuses) counts as a failed try of that message, recorded; the sender
     goes on with the others and never retries it forever."""
-    import app.services.notify.outbox as outbox
+    import divergent.app.services.notify.outbox as outbox
     user = get_or_create_user(get_or_create_org("acme"), "ana")
     add_channel(user, webhook="https://hooks.example.org/x")
     enqueue_for(ended_run(user))
@@ -181,8 +181,8 @@ def test_a_receiver_that_drips_is_cut_off_and_holds_up_no_other_org(app_context,
     """One org's webhook answers a byte at a time; its deliveries end at the
     deadline, at most PER_ORG of them a pass, and another org's message
     goes out in the same pass."""
-    import app.services.notify.delivery as delivery
-    from app.services.notify.outbox import PER_ORG
+    import divergent.app.services.notify.delivery as delivery
+    from divergent.app.services.notify.outbox import PER_ORG
     from tests.receivers import Drip, Webhook
     monkeypatch.setattr(delivery, "DEADLINE", 1)
     slow_user = get_or_create_user(get_or_create_org("slow"), "sam")

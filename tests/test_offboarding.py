@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from app.extensions import db
-from app.models import (
+from divergent.app.extensions import db
+from divergent.app.models import (
     ApiKey,
     Notification,
     NotifyChannel,
@@ -22,14 +22,14 @@ from app.models import (
     User,
     utcnow,
 )
-from app.services.accounts.keys import create_key
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from app.services.accounts.passwords import set_password, user_for_password
-from app.services.errors import Forbidden
-from app.services.files.volumes import ensure_volume
-from app.services.notify.notices import add_channel
-from app.services.runs.request import parse_request
-from app.services.runs.submit import create_run
+from divergent.app.services.accounts.keys import create_key
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.services.accounts.passwords import set_password, user_for_password
+from divergent.app.services.errors import Forbidden
+from divergent.app.services.files.volumes import ensure_volume
+from divergent.app.services.notify.notices import add_channel
+from divergent.app.services.runs.request import parse_request
+from divergent.app.services.runs.submit import create_run
 from tests.test_admin_commands import flask
 
 

@@ -8,7 +8,7 @@ import subprocess
 
 import requests
 
-from app.api.openapi import document
+from divergent.app.api.openapi import document
 from tests.stack import VENV_BIN
 
 CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,"

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.services.errors import Unavailable
-from app.services.money.pricing import PriceTable, cost, format_minutes, format_usd, minutes_for
-from slurm.jobspec import GpuType, default_catalog
+from divergent.app.services.errors import Unavailable
+from divergent.app.services.money.pricing import PriceTable, cost, format_minutes, format_usd, minutes_for
+from divergent.slurm.jobspec import GpuType, default_catalog
 
 PRICES = PriceTable()
 DOCS = default_catalog()

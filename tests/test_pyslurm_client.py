@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from slurm.client import SlurmError
-from slurm.pyslurm_client import series, submit_options
-from slurm.script import render_batch_script
+from divergent.slurm.client import SlurmError
+from divergent.slurm.pyslurm_client import series, submit_options
+from divergent.slurm.script import render_batch_script
 from tests.jobs import SITE, spec_for
 
 

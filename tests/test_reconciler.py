@@ -10,13 +10,13 @@ from datetime import timedelta
 import pytest
 from flask import current_app
 
-from app.extensions import db
-from app.models import Project, Run, utcnow
-from app.reconciler import reconcile_once, settle
-from app.services import leases
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from app.services.site import slurm_access
-from slurm.records import JobRecord
+from divergent.app.extensions import db
+from divergent.app.models import Project, Run, utcnow
+from divergent.app.reconciler import reconcile_once, settle
+from divergent.app.services import leases
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.services.site import slurm_access
+from divergent.slurm.records import JobRecord
 
 
 def test_one_holder_at_a_time_until_the_lease_expires(app_context):

@@ -1,7 +1,7 @@
 """Parsing squeue, sacct and sinfo, and the decisions on their answers."""
 from __future__ import annotations
 
-from slurm.records import (
+from divergent.slurm.records import (
     JobRecord,
     merge,
     parse_gres,

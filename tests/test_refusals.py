@@ -5,11 +5,11 @@ test cannot hold the dev cluster in for long (every node not responding
 after a controller restart)."""
 from __future__ import annotations
 
-from app.services.errors import Refused, Unavailable
-from app.services.runs.refusals import refused_by_slurm
-from app.services.site.slurm_access import standing_in
-from slurm.client import SubmitRefused
-from slurm.records import NodeRecord
+from divergent.app.services.errors import Refused, Unavailable
+from divergent.app.services.runs.refusals import refused_by_slurm
+from divergent.app.services.site.slurm_access import standing_in
+from divergent.slurm.client import SubmitRefused
+from divergent.slurm.records import NodeRecord
 
 NOT_AVAILABLE = SubmitRefused("Slurm refused the job: Requested node configuration is not available")
 

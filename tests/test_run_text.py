@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.models import Run
-from app.services.runs.text import format_duration, hardware, header_line, summary_line
-from slurm.reasons import explain_pending
+from divergent.app.models import Run
+from divergent.app.services.runs.text import format_duration, hardware, header_line, summary_line
+from divergent.slurm.reasons import explain_pending
 
 # The hardware's words follow the site's catalog, read in the app's context.
 pytestmark = pytest.mark.usefixtures("app_context")

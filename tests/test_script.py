@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm.client import _slurm_message
-from slurm.jobspec import ArrayMember, GpuType, InvalidJobSpec, JobSpec, SlurmSite, default_catalog
-from slurm.script import render_batch_script, sbatch_directives
-from slurm.transport import CommandResult
+from divergent.slurm.client import _slurm_message
+from divergent.slurm.jobspec import ArrayMember, GpuType, InvalidJobSpec, JobSpec, SlurmSite, default_catalog
+from divergent.slurm.script import render_batch_script, sbatch_directives
+from divergent.slurm.transport import CommandResult
 
 GOLDEN = Path(__file__).parent / "golden"
 

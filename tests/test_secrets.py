@@ -8,12 +8,12 @@ import logging
 import pytest
 from cryptography.fernet import Fernet, InvalidToken
 
-from app.extensions import db
-from app.models import AuthFailure, Run, Secret
-from app.services.accounts import throttle
-from app.services.accounts.masking import Masker
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from app.services.accounts.secrets import (
+from divergent.app.extensions import db
+from divergent.app.models import AuthFailure, Run, Secret
+from divergent.app.services.accounts import throttle
+from divergent.app.services.accounts.masking import Masker
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.services.accounts.secrets import (
     log_masker,
     remove_secrets_file,
     rotate,
@@ -23,7 +23,7 @@ from app.services.accounts.secrets import (
     values_for_run,
     write_secrets_file,
 )
-from app.services.errors import Invalid, Unavailable
+from divergent.app.services.errors import Invalid, Unavailable
 
 
 @pytest.fixture

@@ -8,17 +8,17 @@ import subprocess
 
 import pytest
 
-from app.models import Run
-from app.reconciler import settle
-from app.services.accounts.orgs import get_or_create_org
-from app.services.runs.request import parse_request
-from app.services.runs.sizing import size_run
-from app.services.runs.text import header_line, summary_line
-from app.services.site import slurm_access
-from app.services.site.slurm_access import ensure_org_account
-from slurm.client import SlurmClient
-from slurm.records import JobRecord
-from slurm.transport import CommandResult
+from divergent.app.models import Run
+from divergent.app.reconciler import settle
+from divergent.app.services.accounts.orgs import get_or_create_org
+from divergent.app.services.runs.request import parse_request
+from divergent.app.services.runs.sizing import size_run
+from divergent.app.services.runs.text import header_line, summary_line
+from divergent.app.services.site import slurm_access
+from divergent.app.services.site.slurm_access import ensure_org_account
+from divergent.slurm.client import SlurmClient
+from divergent.slurm.records import JobRecord
+from divergent.slurm.transport import CommandResult
 from tests.test_admin_commands import flask
 
 

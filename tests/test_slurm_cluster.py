@@ -9,12 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from app.services.cluster.capacity import gpu_capacity
-from slurm.client import SlurmClient, SubmitRefused
-from slurm.pyslurm_client import PyslurmClient
-from slurm.records import run_status
-from slurm.script import render_batch_script
-from slurm.transport import LocalTransport, SSHTransport
+from divergent.app.services.cluster.capacity import gpu_capacity
+from divergent.slurm.client import SlurmClient, SubmitRefused
+from divergent.slurm.pyslurm_client import PyslurmClient
+from divergent.slurm.records import run_status
+from divergent.slurm.script import render_batch_script
+from divergent.slurm.transport import LocalTransport, SSHTransport
 from tests.jobs import SITE, spec_for, wait_for_end
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurm.jobspec import InvalidJobSpec
-from slurm.script import render_batch_script
+from divergent.slurm.jobspec import InvalidJobSpec
+from divergent.slurm.script import render_batch_script
 from tests.jobs import SITE, spec_for, wait_for_end
 
 HOSTILE_NAMES = ["$(touch pwned)", "a;b", "run\nname", "x' y", "`id`", "../etc", "UPPER", "-lead", ""]

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import threading
 
-from app.extensions import db
-from app.models import Project, Run, User
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from app.services.money.usage import LimitReached
-from app.services.runs.names import insert_run
-from app.services.runs.request import parse_request
-from app.services.runs.sizing import Sizing, sized_under_lock
-from app.services.runs.submit import new_run
+from divergent.app.extensions import db
+from divergent.app.models import Project, Run, User
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.services.money.usage import LimitReached
+from divergent.app.services.runs.names import insert_run
+from divergent.app.services.runs.request import parse_request
+from divergent.app.services.runs.sizing import Sizing, sized_under_lock
+from divergent.app.services.runs.submit import new_run
 
 # Fewer than a database engine's pool (5 + 10 overflow): every thread holds
 # a connection while it waits at the barrier.
@@ -81,6 +81,6 @@ def test_a_generated_name_that_is_taken_does_not_end_the_hold(migrated_app, monk
     # Every admission draws run-aaaa first, then run-aaaaa: with run-aaaa
     # taken, an insert that failed on it rolled back, let go of the org's
     # row and went on unheld: 2 to 4 of 10 were admitted.
-    monkeypatch.setattr("app.services.runs.names.secrets.choice", lambda alphabet: "a")
+    monkeypatch.setattr("divergent.app.services.runs.names.secrets.choice", lambda alphabet: "a")
     made, _ = _made_and_refused(_admitted_in_parallel(migrated_app, ended_run="run-aaaa"))
     assert made == [("run-aaaaa", 2)]

@@ -105,7 +105,7 @@ def test_a_file_sent_by_sendfile_arrives_whole_and_one_that_shrank_is_not_stored
     is an error that says so, and the server keeps nothing of it."""
     import pytest
 
-    from cli.api import ApiClient, ApiUnreachable
+    from divergent.cli.api import ApiClient, ApiUnreachable
     data = os.urandom(3 << 20)
     (project / "whole.bin").write_bytes(data)
     api = ApiClient(stack.url, stack.tokens["e2e"])

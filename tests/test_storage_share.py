@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from app.extensions import db
-from app.services.accounts.keys import create_key
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from app.services.errors import Invalid, NotFound, Unavailable
-from app.services.files import storage
-from app.services.files.storage import ShareFull, clean_path, store_file
-from app.services.files.volumes import ensure_volume
+from divergent.app.extensions import db
+from divergent.app.services.accounts.keys import create_key
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.services.errors import Invalid, NotFound, Unavailable
+from divergent.app.services.files import storage
+from divergent.app.services.files.storage import ShareFull, clean_path, store_file
+from divergent.app.services.files.volumes import ensure_volume
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.services.runs.telemetry import Chart, chart_data, default_charts, parse_layout
+from divergent.app.services.runs.telemetry import Chart, chart_data, default_charts, parse_layout
 
 
 def test_a_layout_is_read_from_chart_tables():

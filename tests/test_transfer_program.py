@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from app.services.errors import Invalid
-from app.services.runs.transfers import Transfer, parse_mount, parse_s3_url
-from s3 import transfer as program
+from divergent.app.services.errors import Invalid
+from divergent.app.services.runs.transfers import Transfer, parse_mount, parse_s3_url
+from divergent.s3 import transfer as program
 from tests.serving import serving
 
 

@@ -10,8 +10,8 @@ import click
 from flask import Flask
 from flask.cli import with_appcontext
 
-from app.services.cluster.doctor import missing_database
-from app.services.errors import Invalid, ServiceError
+from divergent.app.services.cluster.doctor import missing_database
+from divergent.app.services.errors import Invalid, ServiceError
 
 
 class ServiceErrors:
@@ -71,7 +71,7 @@ def admin_group(name: str, **kwargs):
 
 
 def register(app: Flask) -> None:
-    from app.admin import dev, doctor, keys, money, orgs, reconciler, site
+    from divergent.app.admin import dev, doctor, keys, money, orgs, reconciler, site
     for module in (orgs, keys, money, site, doctor, reconciler, dev):
         for command in module.commands:
             app.cli.add_command(command)

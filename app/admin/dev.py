@@ -6,11 +6,11 @@ import secrets
 
 import click
 
-from app.admin import admin_command
-from app.services.accounts.keys import create_key, user_for_key
-from app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from app.services.accounts.passwords import set_password, user_for_password
-from app.services.files.volumes import data_path
+from divergent.app.admin import admin_command
+from divergent.app.services.accounts.keys import create_key, user_for_key
+from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.services.accounts.passwords import set_password, user_for_password
+from divergent.app.services.files.volumes import data_path
 
 
 @admin_command("dev-bootstrap")

@@ -5,8 +5,8 @@ import sys
 
 import click
 
-from app.admin import admin_command
-from app.services.cluster.doctor import examine
+from divergent.app.admin import admin_command
+from divergent.app.services.cluster.doctor import examine
 
 
 @admin_command("doctor")

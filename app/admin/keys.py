@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from app.admin import admin_command
-from app.services.accounts.keys import MAX_KEY_DAYS, create_key
-from app.services.accounts.orgs import find_user
-from app.services.accounts.secrets import rotate
+from divergent.app.admin import admin_command
+from divergent.app.services.accounts.keys import MAX_KEY_DAYS, create_key
+from divergent.app.services.accounts.orgs import find_user
+from divergent.app.services.accounts.secrets import rotate
 
 
 @admin_command("create-key")

@@ -7,12 +7,18 @@ import sys
 
 import click
 
-from app.admin import admin_command
-from app.services.accounts.orgs import all_orgs, find_org, set_monthly_limit
-from app.services.files.quota import set_quota, usage_text
-from app.services.money.billing import recompute
-from app.services.money.pricing import change_prices, current_prices, format_usd, limit_text, usd_text
-from app.services.money.usage import month_bounds, usage_report
+from divergent.app.admin import admin_command
+from divergent.app.services.accounts.orgs import all_orgs, find_org, set_monthly_limit
+from divergent.app.services.files.quota import set_quota, usage_text
+from divergent.app.services.money.billing import recompute
+from divergent.app.services.money.pricing import (
+    change_prices,
+    current_prices,
+    format_usd,
+    limit_text,
+    usd_text,
+)
+from divergent.app.services.money.usage import month_bounds, usage_report
 
 
 @admin_command("prices", bad_value="--set")

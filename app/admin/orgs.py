@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from app.admin import admin_command
-from app.models import ROLES
-from app.services.accounts.offboarding import purge_volumes, remove_org, remove_user
-from app.services.accounts.orgs import (
+from divergent.app.admin import admin_command
+from divergent.app.models import ROLES
+from divergent.app.services.accounts.offboarding import purge_volumes, remove_org, remove_user
+from divergent.app.services.accounts.orgs import (
     add_user,
     find_org,
     find_user,
@@ -16,8 +16,8 @@ from app.services.accounts.orgs import (
     set_org_account,
     users_by_org,
 )
-from app.services.accounts.passwords import set_password
-from app.services.money.pricing import format_usd, limit_text
+from divergent.app.services.accounts.passwords import set_password
+from divergent.app.services.money.pricing import format_usd, limit_text
 
 
 @admin_command("create-org", bad_value="NAME")

@@ -9,7 +9,7 @@ import threading
 import click
 from flask import current_app
 
-from app.admin import admin_command
+from divergent.app.admin import admin_command
 
 
 @admin_command("reconcile")
@@ -18,9 +18,9 @@ from app.admin import admin_command
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
 def reconcile(interval: float | None, once: bool) -> None:
     """Follow Slurm and settle runs, and send notifications, until stopped."""
-    from app.reconciler import fire_schedules, measure_storage, reconcile_alone, run_forever
-    from app.services.background import run_every
-    from app.services.notify.outbox import run_sender
+    from divergent.app.reconciler import fire_schedules, measure_storage, reconcile_alone, run_forever
+    from divergent.app.services.background import run_every
+    from divergent.app.services.notify.outbox import run_sender
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if once:
         changed = reconcile_alone()

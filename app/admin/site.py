@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from app.admin import admin_group
-from app.services.cluster.capacity import cluster_nodes
-from app.services.cluster.catalog_from_slurm import propose
-from app.services.errors import Invalid
-from app.services.money.pricing import PriceTable, change_prices, current_prices, micros, usd_text
-from app.services.site.settings import (
+from divergent.app.admin import admin_group
+from divergent.app.services.cluster.capacity import cluster_nodes
+from divergent.app.services.cluster.catalog_from_slurm import propose
+from divergent.app.services.errors import Invalid
+from divergent.app.services.money.pricing import PriceTable, change_prices, current_prices, micros, usd_text
+from divergent.app.services.site.settings import (
     TRANSPORTS,
     load_site,
     save_site,
@@ -17,7 +17,7 @@ from app.services.site.settings import (
     with_changes,
     with_gpu_type,
 )
-from slurm.jobspec import ORG_NODES, RUN_NETWORKS, RUNTIMES, GpuType
+from divergent.slurm.jobspec import ORG_NODES, RUN_NETWORKS, RUNTIMES, GpuType
 
 
 def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:

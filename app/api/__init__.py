@@ -2,7 +2,7 @@ from flask import Blueprint
 
 bp = Blueprint("api", __name__)
 
-from app.api import (  # noqa: E402,F401
+from divergent.app.api import (  # noqa: E402,F401
     code,
     keys,
     notify,

@@ -10,8 +10,8 @@ from functools import wraps
 
 from flask import g
 
-from app.web.credentials import bearer_key, key_row
-from app.web.errors import error_response
+from divergent.app.web.credentials import bearer_key, key_row
+from divergent.app.web.errors import error_response
 
 
 def token_required(view):

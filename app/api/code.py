@@ -3,16 +3,16 @@ from __future__ import annotations
 
 from flask import g, jsonify, request
 
-from app.api import bp
-from app.api.auth import token_required
-from app.services.errors import Invalid
-from app.services.files.code import MissingBlobs, lay_out_tree, parse_manifest, store_blob
-from app.services.files.storage import MAX_FILE_SECONDS
-from app.services.files.volumes import check_volume_name
-from app.services.site.request_slots import TRANSFER
-from app.web.request_args import STREAMED, json_object
-from app.web.slots import holding_slot
-from app.web.upload_body import upload_body
+from divergent.app.api import bp
+from divergent.app.api.auth import token_required
+from divergent.app.services.errors import Invalid
+from divergent.app.services.files.code import MissingBlobs, lay_out_tree, parse_manifest, store_blob
+from divergent.app.services.files.storage import MAX_FILE_SECONDS
+from divergent.app.services.files.volumes import check_volume_name
+from divergent.app.services.site.request_slots import TRANSFER
+from divergent.app.web.request_args import STREAMED, json_object
+from divergent.app.web.slots import holding_slot
+from divergent.app.web.upload_body import upload_body
 
 
 @bp.post("/code/trees")

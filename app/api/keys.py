@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from flask import g, jsonify, request
 
-from app.api import bp
-from app.api.auth import token_required
-from app.models import iso_utc
-from app.services.accounts.keys import create_key, key_prefix, keys_of, revoke_key
-from app.services.errors import Invalid, NotFound
+from divergent.app.api import bp
+from divergent.app.api.auth import token_required
+from divergent.app.models import iso_utc
+from divergent.app.services.accounts.keys import create_key, key_prefix, keys_of, revoke_key
+from divergent.app.services.errors import Invalid, NotFound
 
 
 @bp.get("/keys")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from flask import g, jsonify, request
 
-from app.api import bp
-from app.api.auth import token_required
-from app.services.errors import Invalid
-from app.services.notify.notices import add_channel, channel_json, channels_of, remove_channel
+from divergent.app.api import bp
+from divergent.app.api.auth import token_required
+from divergent.app.services.errors import Invalid
+from divergent.app.services.notify.notices import add_channel, channel_json, channels_of, remove_channel
 
 
 @bp.get("/notifications")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from flask import jsonify
 
-from app.api import bp
-from app.models import RUN_STATUSES
+from divergent.app.api import bp
+from divergent.app.models import RUN_STATUSES
 
 STRING, INTEGER, BOOLEAN = {"type": "string"}, {"type": "integer"}, {"type": "boolean"}
 OBJECT = {"type": "object"}

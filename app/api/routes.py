@@ -1,8 +1,8 @@
 from flask import g, jsonify
 
-from app.api import bp
-from app.api.auth import token_required
-from app.services.money.catalog import catalog_json
+from divergent.app.api import bp
+from divergent.app.api.auth import token_required
+from divergent.app.services.money.catalog import catalog_json
 
 
 @bp.get("/health")

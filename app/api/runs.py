@@ -5,18 +5,18 @@ import json
 
 from flask import Response, g, jsonify, request, stream_with_context
 
-from app.api import bp
-from app.api.auth import token_required
-from app.extensions import db
-from app.services.runs.listing import find_run, list_runs, run_json
-from app.services.runs.logs import MAX_TAIL_LINES, STREAMS, KeyRevoked, run_log_events, tail_offsets
-from app.services.runs.names import run_for_request_key
-from app.services.runs.request import parse_request, request_notes, rerun_request
-from app.services.runs.stop import stop_run
-from app.services.runs.submit import check_run, create_run
-from app.services.runs.text import header_line, summary_line
-from app.services.site.request_slots import FOLLOW, TRANSFER, take_slot
-from app.web.request_args import flag_arg, int_arg
+from divergent.app.api import bp
+from divergent.app.api.auth import token_required
+from divergent.app.extensions import db
+from divergent.app.services.runs.listing import find_run, list_runs, run_json
+from divergent.app.services.runs.logs import MAX_TAIL_LINES, STREAMS, KeyRevoked, run_log_events, tail_offsets
+from divergent.app.services.runs.names import run_for_request_key
+from divergent.app.services.runs.request import parse_request, request_notes, rerun_request
+from divergent.app.services.runs.stop import stop_run
+from divergent.app.services.runs.submit import check_run, create_run
+from divergent.app.services.runs.text import header_line, summary_line
+from divergent.app.services.site.request_slots import FOLLOW, TRANSFER, take_slot
+from divergent.app.web.request_args import flag_arg, int_arg
 
 
 @bp.post("/runs")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from flask import g, jsonify, request
 
-from app.api import bp
-from app.api.auth import token_required
-from app.services.errors import Invalid
-from app.services.runs.schedules import (
+from divergent.app.api import bp
+from divergent.app.api.auth import token_required
+from divergent.app.services.errors import Invalid
+from divergent.app.services.runs.schedules import (
     check_schedule,
     create_schedule,
     delete_schedule,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from flask import g, jsonify, request
 
-from app.api import bp
-from app.api.auth import token_required
-from app.models import iso_utc
-from app.services.accounts.secrets import check_secret_name, delete_secret, secrets_of, set_secret
-from app.services.errors import Invalid
+from divergent.app.api import bp
+from divergent.app.api.auth import token_required
+from divergent.app.models import iso_utc
+from divergent.app.services.accounts.secrets import check_secret_name, delete_secret, secrets_of, set_secret
+from divergent.app.services.errors import Invalid
 
 
 def _secret_json(row) -> dict:

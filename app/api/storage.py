@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from flask import g, jsonify, request
 
-from app.api import bp
-from app.api.auth import token_required
-from app.services.errors import Invalid
-from app.services.files.quota import usage_json
-from app.services.files.storage import (
+from divergent.app.api import bp
+from divergent.app.api.auth import token_required
+from divergent.app.services.errors import Invalid
+from divergent.app.services.files.quota import usage_json
+from divergent.app.services.files.storage import (
     MAX_FILE_SECONDS,
     delete,
     delete_volume,
@@ -18,13 +18,13 @@ from app.services.files.storage import (
     store_file,
     volume_summaries,
 )
-from app.services.files.volumes import check_volume_name
-from app.services.site.request_slots import TRANSFER
-from app.web.byte_paths import path_arg
-from app.web.downloads import send_volume_file
-from app.web.request_args import STREAMED, json_object
-from app.web.slots import holding_slot
-from app.web.upload_body import bounded_stream, upload_body
+from divergent.app.services.files.volumes import check_volume_name
+from divergent.app.services.site.request_slots import TRANSFER
+from divergent.app.web.byte_paths import path_arg
+from divergent.app.web.downloads import send_volume_file
+from divergent.app.web.request_args import STREAMED, json_object
+from divergent.app.web.slots import holding_slot
+from divergent.app.web.upload_body import bounded_stream, upload_body
 
 
 @bp.get("/volumes")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from flask import g, jsonify, request
 
-from app.api import bp
-from app.api.auth import token_required
-from app.services.errors import Invalid
-from app.services.runs.names import REQUEST_KEY
-from app.services.runs.request import parse_request, request_notes
-from app.services.runs.sweeps import (
+from divergent.app.api import bp
+from divergent.app.api.auth import token_required
+from divergent.app.services.errors import Invalid
+from divergent.app.services.runs.names import REQUEST_KEY
+from divergent.app.services.runs.request import parse_request, request_notes
+from divergent.app.services.runs.sweeps import (
     check_sweep,
     create_sweep,
     find_sweep,
@@ -17,7 +17,7 @@ from app.services.runs.sweeps import (
     sweep_json,
     sweeps_of,
 )
-from app.web.request_args import int_arg
+from divergent.app.web.request_args import int_arg
 
 
 def _body() -> dict:

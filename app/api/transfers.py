@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from flask import g, jsonify, request
 
-from app.api import bp
-from app.api.auth import token_required
-from app.services.runs.listing import run_json
-from app.services.runs.names import run_for_request_key
-from app.services.runs.request import dollars, transfer_request
-from app.services.runs.submit import check_run, start_transfer
-from app.services.runs.text import header_line
-from app.services.runs.transfers import parse_transfer
+from divergent.app.api import bp
+from divergent.app.api.auth import token_required
+from divergent.app.services.runs.listing import run_json
+from divergent.app.services.runs.names import run_for_request_key
+from divergent.app.services.runs.request import dollars, transfer_request
+from divergent.app.services.runs.submit import check_run, start_transfer
+from divergent.app.services.runs.text import header_line
+from divergent.app.services.runs.transfers import parse_transfer
 
 
 @bp.post("/transfers")

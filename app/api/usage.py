@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from flask import g, jsonify, request
 
-from app.api import bp
-from app.api.auth import token_required
-from app.services.money.pricing import usd_text
-from app.services.money.usage import usage_report
+from divergent.app.api import bp
+from divergent.app.api.auth import token_required
+from divergent.app.services.money.pricing import usd_text
+from divergent.app.services.money.usage import usage_report
 
 
 def _dollars(micros: int | None) -> str | None:

@@ -2,7 +2,7 @@ from flask import Blueprint
 
 bp = Blueprint("dashboard", __name__)
 
-from app.dashboard import (  # noqa: E402,F401
+from divergent.app.dashboard import (  # noqa: E402,F401
     admin,
     auth,
     cluster,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from flask import flash, redirect, render_template, request, url_for
 
-from app.dashboard import bp
-from app.dashboard.auth import site_admin_required
-from app.models import ROLES
-from app.services.accounts.orgs import (
+from divergent.app.dashboard import bp
+from divergent.app.dashboard.auth import site_admin_required
+from divergent.app.models import ROLES
+from divergent.app.services.accounts.orgs import (
     add_user,
     find_org,
     get_or_create_org,
@@ -16,7 +16,13 @@ from app.services.accounts.orgs import (
     set_monthly_limit,
     users_by_org,
 )
-from app.services.money.pricing import change_prices, current_prices, format_usd, limit_text, usd_text
+from divergent.app.services.money.pricing import (
+    change_prices,
+    current_prices,
+    format_usd,
+    limit_text,
+    usd_text,
+)
 
 
 @bp.get("/admin")

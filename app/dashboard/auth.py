@@ -17,11 +17,11 @@ from functools import wraps
 from flask import current_app, g, redirect, render_template, request, session, url_for
 from itsdangerous import BadSignature, URLSafeSerializer
 
-from app.dashboard import bp
-from app.services.accounts import throttle
-from app.services.accounts.passwords import end_sessions, user_for_password
-from app.services.errors import Forbidden
-from app.web.credentials import signed_in_user
+from divergent.app.dashboard import bp
+from divergent.app.services.accounts import throttle
+from divergent.app.services.accounts.passwords import end_sessions, user_for_password
+from divergent.app.services.errors import Forbidden
+from divergent.app.web.credentials import signed_in_user
 
 # Where sign-in may send the browser: a path of this site, printable ASCII
 # with no backslash, never `//host` (browsers drop tabs and newlines, so

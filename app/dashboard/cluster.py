@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from flask import render_template
 
-from app.dashboard import bp
-from app.dashboard.auth import site_admin_required
-from app.services.cluster.capacity import cluster_nodes, gpu_capacity
-from app.services.errors import Unavailable
-from app.services.money.pricing import current_prices, format_usd
-from app.services.runs.listing import queued_runs
-from app.services.site.slurm_access import current_site
+from divergent.app.dashboard import bp
+from divergent.app.dashboard.auth import site_admin_required
+from divergent.app.services.cluster.capacity import cluster_nodes, gpu_capacity
+from divergent.app.services.errors import Unavailable
+from divergent.app.services.money.pricing import current_prices, format_usd
+from divergent.app.services.runs.listing import queued_runs
+from divergent.app.services.site.slurm_access import current_site
 
 
 @bp.get("/cluster")

@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 
 from markupsafe import Markup, escape
 
-from app.dashboard import bp
-from app.models import iso_utc
-from app.services.money.pricing import format_usd, usd_text
-from app.services.money.pricing import micros as to_micros
-from app.services.runs.text import format_duration
-from app.web.byte_paths import path_query
+from divergent.app.dashboard import bp
+from divergent.app.models import iso_utc
+from divergent.app.services.money.pricing import format_usd, usd_text
+from divergent.app.services.money.pricing import micros as to_micros
+from divergent.app.services.runs.text import format_duration
+from divergent.app.web.byte_paths import path_query
 from divergent.terms import format_bytes, shown
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from flask import g, render_template, request
 
-from app.dashboard import bp
-from app.dashboard.auth import login_required
-from app.models import LIVE
-from app.services.runs.listing import find_run
-from app.services.runs.logs import STREAMS, log_since, log_window
-from app.web.request_args import int_arg
+from divergent.app.dashboard import bp
+from divergent.app.dashboard.auth import login_required
+from divergent.app.models import LIVE
+from divergent.app.services.runs.listing import find_run
+from divergent.app.services.runs.logs import STREAMS, log_since, log_window
+from divergent.app.web.request_args import int_arg
 
 
 @bp.get("/runs/<name>/log")

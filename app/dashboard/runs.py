@@ -4,21 +4,21 @@ from __future__ import annotations
 
 from flask import Response, flash, g, redirect, render_template, request, stream_with_context, url_for
 
-from app.dashboard import bp
-from app.dashboard.auth import login_required
-from app.models import LIVE, RUN_STATUSES
-from app.services.accounts.orgs import members_of
-from app.services.errors import ServiceError
-from app.services.money.catalog import catalog
-from app.services.runs.listing import find_run, page_of_runs, run_json
-from app.services.runs.logs import log_window, masked_stream
-from app.services.runs.request import rerun_request
-from app.services.runs.stop import stop_run
-from app.services.runs.submit import create_run
-from app.services.runs.text import cli_command, hardware, header_line, summary_line
-from app.services.site.request_slots import TRANSFER
-from app.web.request_args import int_arg
-from app.web.slots import holding_slot
+from divergent.app.dashboard import bp
+from divergent.app.dashboard.auth import login_required
+from divergent.app.models import LIVE, RUN_STATUSES
+from divergent.app.services.accounts.orgs import members_of
+from divergent.app.services.errors import ServiceError
+from divergent.app.services.money.catalog import catalog
+from divergent.app.services.runs.listing import find_run, page_of_runs, run_json
+from divergent.app.services.runs.logs import log_window, masked_stream
+from divergent.app.services.runs.request import rerun_request
+from divergent.app.services.runs.stop import stop_run
+from divergent.app.services.runs.submit import create_run
+from divergent.app.services.runs.text import cli_command, hardware, header_line, summary_line
+from divergent.app.services.site.request_slots import TRANSFER
+from divergent.app.web.request_args import int_arg
+from divergent.app.web.slots import holding_slot
 
 # The runs list's filters: ?q= a part of the name, ?user= a username, and
 # project, status and GPU type as they are; each runs_query's argument.

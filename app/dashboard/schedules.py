@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from flask import flash, g, redirect, render_template, url_for
 
-from app.dashboard import bp
-from app.dashboard.auth import login_required
-from app.services.runs.schedules import delete_schedule, schedule_json, schedules_of
+from divergent.app.dashboard import bp
+from divergent.app.dashboard.auth import login_required
+from divergent.app.services.runs.schedules import delete_schedule, schedule_json, schedules_of
 
 
 @bp.get("/schedules")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from flask import flash, g, redirect, render_template, request, url_for
 
-from app.dashboard import bp
-from app.dashboard.auth import login_required
-from app.services.accounts.keys import create_key, keys_of, revoke_key
-from app.services.accounts.orgs import members_of
-from app.services.errors import NotFound
-from app.services.notify.notices import channels_of
+from divergent.app.dashboard import bp
+from divergent.app.dashboard.auth import login_required
+from divergent.app.services.accounts.keys import create_key, keys_of, revoke_key
+from divergent.app.services.accounts.orgs import members_of
+from divergent.app.services.errors import NotFound
+from divergent.app.services.notify.notices import channels_of
 
 
 def _settings_page(new_key: str | None = None):

@@ -6,11 +6,11 @@ from datetime import timedelta
 
 from flask import g, render_template, request
 
-from app.dashboard import bp
-from app.dashboard.auth import login_required
-from app.models import utcnow
-from app.services.money.pricing import format_usd
-from app.services.money.usage import month_bounds, spend_by_day, usage_report
+from divergent.app.dashboard import bp
+from divergent.app.dashboard.auth import login_required
+from divergent.app.models import utcnow
+from divergent.app.services.money.pricing import format_usd
+from divergent.app.services.money.usage import month_bounds, spend_by_day, usage_report
 
 
 @bp.get("/spend")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from flask import g, render_template, request
 
-from app.dashboard import bp
-from app.dashboard.auth import login_required
-from app.services.runs.sweeps import find_sweep, members_of, sweep_json, sweeps_of
+from divergent.app.dashboard import bp
+from divergent.app.dashboard.auth import login_required
+from divergent.app.services.runs.sweeps import find_sweep, members_of, sweep_json, sweeps_of
 
 # Metrics shown as columns: the first this many names the members reported.
 KEY_METRICS = 4

@@ -6,14 +6,20 @@ import os
 
 from flask import g, jsonify, render_template
 
-from app.dashboard import bp
-from app.dashboard.auth import login_required
-from app.models import LIVE
-from app.services.accounts.secrets import log_masker, mask_point
-from app.services.files.volumes import run_dir
-from app.services.runs.listing import find_run
-from app.services.runs.metrics import read_points
-from app.services.runs.telemetry import MAX_BYTES, MAX_POINTS, chart_data, default_charts, parse_layout
+from divergent.app.dashboard import bp
+from divergent.app.dashboard.auth import login_required
+from divergent.app.models import LIVE
+from divergent.app.services.accounts.secrets import log_masker, mask_point
+from divergent.app.services.files.volumes import run_dir
+from divergent.app.services.runs.listing import find_run
+from divergent.app.services.runs.metrics import read_points
+from divergent.app.services.runs.telemetry import (
+    MAX_BYTES,
+    MAX_POINTS,
+    chart_data,
+    default_charts,
+    parse_layout,
+)
 
 
 def _charts(run) -> tuple[list[dict], str | None]:

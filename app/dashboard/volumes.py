@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from flask import g, render_template
 
-from app.dashboard import bp
-from app.dashboard.auth import login_required
-from app.services.files.quota import usage_json
-from app.services.files.storage import list_path, volume_summaries
-from app.services.files.volumes import check_volume_name
-from app.services.site.request_slots import TRANSFER
-from app.web.byte_paths import path_arg
-from app.web.downloads import send_volume_file
-from app.web.slots import holding_slot
+from divergent.app.dashboard import bp
+from divergent.app.dashboard.auth import login_required
+from divergent.app.services.files.quota import usage_json
+from divergent.app.services.files.storage import list_path, volume_summaries
+from divergent.app.services.files.volumes import check_volume_name
+from divergent.app.services.site.request_slots import TRANSFER
+from divergent.app.web.byte_paths import path_arg
+from divergent.app.web.downloads import send_volume_file
+from divergent.app.web.slots import holding_slot
 
 
 @bp.get("/volumes")

@@ -9,7 +9,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from app.extensions import db
+from divergent.app.extensions import db
 
 log = logging.getLogger("divergent.background")
 

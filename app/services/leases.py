@@ -8,8 +8,8 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from app.extensions import db
-from app.models import Lease, utcnow
+from divergent.app.extensions import db
+from divergent.app.models import Lease, utcnow
 
 # The lease whose holder is the one reconciler acting (app/reconciler.py);
 # `flask doctor` reads it to say whether one is running.

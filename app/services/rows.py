@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from sqlalchemy.exc import IntegrityError
 
-from app.extensions import db
+from divergent.app.extensions import db
 
 
 def add_unique(row) -> bool:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from flask import request, session
 
-from app.models import ApiKey, User
-from app.services.accounts import throttle
-from app.services.accounts.keys import api_key_for, key_prefix
-from app.services.accounts.passwords import user_for_session
+from divergent.app.models import ApiKey, User
+from divergent.app.services.accounts import throttle
+from divergent.app.services.accounts.keys import api_key_for, key_prefix
+from divergent.app.services.accounts.passwords import user_for_session
 
 
 def bearer_key() -> str | None:

@@ -9,8 +9,8 @@ import posixpath
 
 from flask import request, send_file
 
-from app.models import Org
-from app.services.files.storage import open_for_download
+from divergent.app.models import Org
+from divergent.app.services.files.storage import open_for_download
 from divergent.terms import shown
 
 

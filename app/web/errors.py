@@ -6,9 +6,9 @@ from flask import Flask, current_app, jsonify, render_template, request
 from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException
 
-from app.extensions import db
-from app.services.errors import ServiceError
-from app.web.upload_body import abandon_large_body
+from divergent.app.extensions import db
+from divergent.app.services.errors import ServiceError
+from divergent.app.web.upload_body import abandon_large_body
 
 
 def init_app(app: Flask) -> None:

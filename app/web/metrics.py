@@ -9,10 +9,10 @@ import hmac
 from flask import Blueprint, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.services.accounts import throttle
-from app.services.accounts.keys import key_prefix
-from app.services.cluster.monitoring import exposition
-from app.web.credentials import bearer_key, key_row, signed_in_user
+from divergent.app.services.accounts import throttle
+from divergent.app.services.accounts.keys import key_prefix
+from divergent.app.services.cluster.monitoring import exposition
+from divergent.app.web.credentials import bearer_key, key_row, signed_in_user
 
 bp = Blueprint("metrics", __name__)
 

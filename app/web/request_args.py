@@ -8,7 +8,7 @@ from flask import request
 from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import BadRequest
 
-from app.services.errors import Invalid
+from divergent.app.services.errors import Invalid
 
 # request.max_content_length for views that read their body as a stream
 # within limits of their own (MAX_FILE_BYTES, MAX_BUNDLE_BYTES): the app's

@@ -8,7 +8,7 @@ from functools import wraps
 
 from flask import Response, g, make_response
 
-from app.services.site.request_slots import Kind, take_slot
+from divergent.app.services.site.request_slots import Kind, take_slot
 
 
 def holding_slot(kind: Kind):

@@ -20,7 +20,7 @@ from flask import Request, current_app
 from gunicorn.http.body import Body, LengthReader
 from werkzeug.exceptions import ClientDisconnected
 
-from app.services.errors import Invalid
+from divergent.app.services.errors import Invalid
 
 
 class Deadline:

@@ -11,9 +11,9 @@ from datetime import timedelta
 
 from sqlalchemy.exc import OperationalError
 
-from app.extensions import db
-from app.models import ApiKey, User, utcnow
-from app.services.errors import Invalid
+from divergent.app.extensions import db
+from divergent.app.models import ApiKey, User, utcnow
+from divergent.app.services.errors import Invalid
 
 log = logging.getLogger("divergent.keys")
 

@@ -10,10 +10,10 @@ import shutil
 
 import sqlalchemy as sa
 
-from app.extensions import db
-from app.models import LIVE, ApiKey, Notification, NotifyChannel, Org, Run, Schedule, User, utcnow
-from app.services.errors import Conflict, Unavailable
-from app.services.files.volumes import org_dir, trees_dir
+from divergent.app.extensions import db
+from divergent.app.models import LIVE, ApiKey, Notification, NotifyChannel, Org, Run, Schedule, User, utcnow
+from divergent.app.services.errors import Conflict, Unavailable
+from divergent.app.services.files.volumes import org_dir, trees_dir
 
 
 def remove_user(user: User) -> int:

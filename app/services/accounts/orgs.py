@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from app.extensions import db
-from app.models import ROLES, Org, User
-from app.services.errors import Invalid, NotFound
-from app.services.money.pricing import monthly_limit
-from app.services.money.usage import month_spend
-from slurm.jobspec import ACCOUNT_NAME
+from divergent.app.extensions import db
+from divergent.app.models import ROLES, Org, User
+from divergent.app.services.errors import Invalid, NotFound
+from divergent.app.services.money.pricing import monthly_limit
+from divergent.app.services.money.usage import month_spend
+from divergent.slurm.jobspec import ACCOUNT_NAME
 
 ORG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 USERNAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from app.extensions import db
-from app.models import User
-from app.services.accounts.orgs import user_named
-from app.services.errors import Invalid
+from divergent.app.extensions import db
+from divergent.app.models import User
+from divergent.app.services.accounts.orgs import user_named
+from divergent.app.services.errors import Invalid
 
 
 def set_password(user: User, password: str) -> None:

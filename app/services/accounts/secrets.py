@@ -14,14 +14,14 @@ import re
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from flask import current_app
 
-from app.extensions import db
-from app.models import Org, Run, Secret, User, utcnow
-from app.services.accounts.masking import Masker
-from app.services.accounts.orgs import all_named, find_named
-from app.services.errors import Invalid, NotFound, Unavailable
-from app.services.instance_files import instance_secret, replace_file
-from slurm.jobspec import InvalidJobSpec, check_env_name
-from slurm.script import SECRETS_FILE, secrets_file_text
+from divergent.app.extensions import db
+from divergent.app.models import Org, Run, Secret, User, utcnow
+from divergent.app.services.accounts.masking import Masker
+from divergent.app.services.accounts.orgs import all_named, find_named
+from divergent.app.services.errors import Invalid, NotFound, Unavailable
+from divergent.app.services.instance_files import instance_secret, replace_file
+from divergent.slurm.jobspec import InvalidJobSpec, check_env_name
+from divergent.slurm.script import SECRETS_FILE, secrets_file_text
 
 MAX_VALUE_BYTES = 64 * 1024
 # Ours: a run's identity and Slurm's own variables are not for a secret to set.

@@ -15,9 +15,9 @@ import sqlalchemy as sa
 from flask import current_app
 from sqlalchemy.exc import IntegrityError
 
-from app.extensions import db
-from app.models import ApiKey, AuthFailure, utcnow
-from app.services.errors import ServiceError
+from divergent.app.extensions import db
+from divergent.app.models import ApiKey, AuthFailure, utcnow
+from divergent.app.services.errors import ServiceError
 
 
 class Throttled(ServiceError):

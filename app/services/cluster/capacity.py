@@ -7,11 +7,11 @@ from dataclasses import dataclass, replace
 
 from flask import current_app
 
-from app.services.errors import Unavailable
-from app.services.site.slurm_access import cached, slurm_client
-from slurm.client import SlurmError
-from slurm.jobspec import SlurmSite
-from slurm.records import NodeRecord
+from divergent.app.services.errors import Unavailable
+from divergent.app.services.site.slurm_access import cached, slurm_client
+from divergent.slurm.client import SlurmError
+from divergent.slurm.jobspec import SlurmSite
+from divergent.slurm.records import NodeRecord
 
 
 @dataclass

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import re
 
-from app.services.errors import Invalid
+from divergent.app.services.errors import Invalid
+from divergent.slurm.jobspec import GpuType, InvalidJobSpec
+from divergent.slurm.records import NodeRecord
 from divergent.terms import CPU
-from slurm.jobspec import GpuType, InvalidJobSpec
-from slurm.records import NodeRecord
 
 DOCS_NODE_GIB = GpuType(CPU, CPU).node_gib
 

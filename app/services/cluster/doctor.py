@@ -15,17 +15,17 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from flask import current_app
 
-from app.extensions import db
-from app.models import Lease, utcnow
-from app.services import leases
-from app.services.accounts.secrets import seal, unseal
-from app.services.errors import ServiceError
-from app.services.files.volumes import data_path
-from app.services.money.pricing import current_prices
-from app.services.site.settings import Site, SiteConfigError, load_site, site_file
-from slurm.client import SlurmClient, SlurmError, SlurmUnreachable
-from slurm.pyslurm_client import INSTALL_HINT, load_pyslurm, series
-from slurm.transport import LocalTransport
+from divergent.app.extensions import db
+from divergent.app.models import Lease, utcnow
+from divergent.app.services import leases
+from divergent.app.services.accounts.secrets import seal, unseal
+from divergent.app.services.errors import ServiceError
+from divergent.app.services.files.volumes import data_path
+from divergent.app.services.money.pricing import current_prices
+from divergent.app.services.site.settings import Site, SiteConfigError, load_site, site_file
+from divergent.slurm.client import SlurmClient, SlurmError, SlurmUnreachable
+from divergent.slurm.pyslurm_client import INSTALL_HINT, load_pyslurm, series
+from divergent.slurm.transport import LocalTransport
 
 
 @dataclass

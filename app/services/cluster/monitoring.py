@@ -13,10 +13,17 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
-from app.extensions import db
-from app.models import Org, Run, utcnow
-from app.services.money.usage import month_bounds
-from app.services.site.gauges import CYCLE_ENDED, CYCLE_SECONDS, CYCLES, SLURM_ERRORS, followers_now, gauges
+from divergent.app.extensions import db
+from divergent.app.models import Org, Run, utcnow
+from divergent.app.services.money.usage import month_bounds
+from divergent.app.services.site.gauges import (
+    CYCLE_ENDED,
+    CYCLE_SECONDS,
+    CYCLES,
+    SLURM_ERRORS,
+    followers_now,
+    gauges,
+)
 
 # Queue waits are summarised over the runs that started this recently.
 WAIT_WINDOW = timedelta(hours=1)

@@ -23,18 +23,18 @@ import secrets
 import shutil
 from dataclasses import dataclass
 
-from app.models import Org
-from app.services.durable import sync_filesystem, sync_folder
-from app.services.errors import Invalid
-from app.services.files.quota import charge, layout_bytes
-from app.services.files.storage import (
+from divergent.app.models import Org
+from divergent.app.services.durable import sync_filesystem, sync_folder
+from divergent.app.services.errors import Invalid
+from divergent.app.services.files.quota import charge, layout_bytes
+from divergent.app.services.files.storage import (
     MAX_FILE_BYTES,
     VolumeFolders,
     folders_closed,
     receive_verified,
     uploads_dir,
 )
-from app.services.files.volumes import data_path, ensure_volume, trees_dir
+from divergent.app.services.files.volumes import data_path, ensure_volume, trees_dir
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 MAX_FILES = 100_000

@@ -17,10 +17,10 @@ from datetime import timedelta
 import sqlalchemy as sa
 from flask import current_app
 
-from app.extensions import db
-from app.models import Org, utcnow
-from app.services.errors import Invalid, ServiceError
-from app.services.files.volumes import data_path, org_dir, trees_dir
+from divergent.app.extensions import db
+from divergent.app.models import Org, utcnow
+from divergent.app.services.errors import Invalid, ServiceError
+from divergent.app.services.files.volumes import data_path, org_dir, trees_dir
 from divergent.terms import format_bytes
 
 SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB)?", re.ASCII | re.IGNORECASE)

@@ -25,12 +25,12 @@ import tarfile
 import time
 from dataclasses import dataclass
 
-from app.extensions import db
-from app.models import Org, Volume
-from app.services.durable import sync_filesystem, sync_folder
-from app.services.errors import Conflict, Invalid, NotFound, ServiceError, Unavailable
-from app.services.files.quota import charge, layout_bytes
-from app.services.files.volumes import (
+from divergent.app.extensions import db
+from divergent.app.models import Org, Volume
+from divergent.app.services.durable import sync_filesystem, sync_folder
+from divergent.app.services.errors import Conflict, Invalid, NotFound, ServiceError, Unavailable
+from divergent.app.services.files.quota import charge, layout_bytes
+from divergent.app.services.files.volumes import (
     check_volume_name,
     data_path,
     ensure_volume,

@@ -9,10 +9,10 @@ import time
 
 from flask import current_app
 
-from app.extensions import db
-from app.models import Org, Volume
-from app.services.errors import Invalid
-from app.services.rows import add_unique
+from divergent.app.extensions import db
+from divergent.app.models import Org, Volume
+from divergent.app.services.errors import Invalid
+from divergent.app.services.rows import add_unique
 from divergent.terms import VOLUME_NAME
 
 # A volume named in a command: /mnt/<name> followed by / or the name's end.

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from app.extensions import db
-from app.models import LIVE, Org, Run
-from app.services.errors import Unavailable
-from app.services.money.pricing import cost
-from app.services.money.usage import month_bounds
-from app.services.site.slurm_access import slurm_client
-from slurm.client import SlurmError
+from divergent.app.extensions import db
+from divergent.app.models import LIVE, Org, Run
+from divergent.app.services.errors import Unavailable
+from divergent.app.services.money.pricing import cost
+from divergent.app.services.money.usage import month_bounds
+from divergent.app.services.site.slurm_access import slurm_client
+from divergent.slurm.client import SlurmError
 
 BATCH = 500
 

@@ -5,10 +5,10 @@ price). The server validates runs against it and serves it (GET
 uploads anything."""
 from __future__ import annotations
 
-from app.services.errors import Unavailable
-from app.services.money.pricing import current_prices, usd_text
-from app.services.site.slurm_access import slurm_site
-from slurm.jobspec import GpuType, default_catalog
+from divergent.app.services.errors import Unavailable
+from divergent.app.services.money.pricing import current_prices, usd_text
+from divergent.app.services.site.slurm_access import slurm_site
+from divergent.slurm.jobspec import GpuType, default_catalog
 
 
 def catalog() -> dict[str, GpuType]:

@@ -12,10 +12,10 @@ from decimal import Decimal, InvalidOperation
 
 from flask import current_app
 
-from app.services.errors import Invalid, Unavailable
-from app.services.instance_files import replace_file
-from app.services.site.slurm_access import slurm_site
-from slurm.jobspec import GPU_NAME, GpuType
+from divergent.app.services.errors import Invalid, Unavailable
+from divergent.app.services.instance_files import replace_file
+from divergent.app.services.site.slurm_access import slurm_site
+from divergent.slurm.jobspec import GPU_NAME, GpuType
 
 MICROS = 1_000_000
 

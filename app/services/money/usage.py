@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
-from app.extensions import db
-from app.models import LIVE, Org, Project, Run, User, utcnow
-from app.services.errors import Invalid, ServiceError
-from app.services.money.pricing import format_usd
+from divergent.app.extensions import db
+from divergent.app.models import LIVE, Org, Project, Run, User, utcnow
+from divergent.app.services.errors import Invalid, ServiceError
+from divergent.app.services.money.pricing import format_usd
 
 
 class LimitReached(ServiceError):

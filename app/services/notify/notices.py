@@ -9,11 +9,11 @@ from urllib.parse import urlsplit
 
 from flask import current_app
 
-from app.extensions import db
-from app.models import Notification, NotifyChannel, Org, Run, Schedule, User, iso_utc
-from app.services.errors import Invalid, NotFound
-from app.services.money.pricing import format_usd, usd_text
-from app.services.notify.delivery import NotDelivered, Unresolved, checked_address
+from divergent.app.extensions import db
+from divergent.app.models import Notification, NotifyChannel, Org, Run, Schedule, User, iso_utc
+from divergent.app.services.errors import Invalid, NotFound
+from divergent.app.services.money.pricing import format_usd, usd_text
+from divergent.app.services.notify.delivery import NotDelivered, Unresolved, checked_address
 
 # In the order a message names them: a run that failed and failed its checks
 # is one message, "failed".

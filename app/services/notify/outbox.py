@@ -14,10 +14,10 @@ import sqlalchemy as sa
 from flask import current_app
 from sqlalchemy.orm.exc import StaleDataError
 
-from app.extensions import db
-from app.models import Notification, NotifyChannel, utcnow
-from app.services.background import run_every
-from app.services.notify.delivery import NotDelivered, send_email, send_webhook
+from divergent.app.extensions import db
+from divergent.app.models import Notification, NotifyChannel, utcnow
+from divergent.app.services.background import run_every
+from divergent.app.services.notify.delivery import NotDelivered, send_email, send_webhook
 
 log = logging.getLogger("divergent.outbox")
 # Longer than any one delivery takes (delivery.DEADLINE and then some).

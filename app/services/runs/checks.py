@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from decimal import Decimal, InvalidOperation
 
-from app.services.errors import Invalid
+from divergent.app.services.errors import Invalid
 from divergent.terms import CHECK, NUMBER
 
 ORDERING = {">": lambda a, b: a > b, "<": lambda a, b: a < b,

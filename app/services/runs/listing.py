@@ -6,16 +6,16 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import selectinload
 
-from app.extensions import db
-from app.models import RUN_STATUSES, Org, Project, Run, User, iso_utc
-from app.services.errors import (
+from divergent.app.extensions import db
+from divergent.app.models import RUN_STATUSES, Org, Project, Run, User, iso_utc
+from divergent.app.services.errors import (
     Invalid,
     NotFound,
     ServiceError,
 )
-from app.services.money.pricing import usd_text
-from app.services.runs.text import hardware, waiting_text
-from app.services.site.slurm_access import slurm_site
+from divergent.app.services.money.pricing import usd_text
+from divergent.app.services.runs.text import hardware, waiting_text
+from divergent.app.services.site.slurm_access import slurm_site
 
 
 def find_run(org: Org, name: str) -> Run:

@@ -21,13 +21,13 @@ import os
 import time
 from collections.abc import Callable, Iterator
 
-from app.extensions import db
-from app.models import LIVE, ApiKey, Org, Run
-from app.services.accounts.masking import NO_MASK, Masker
-from app.services.accounts.secrets import log_masker
-from app.services.files.volumes import run_dir, run_is_ending
-from app.services.runs.listing import run_json
-from app.services.runs.text import summary_line, waiting_text
+from divergent.app.extensions import db
+from divergent.app.models import LIVE, ApiKey, Org, Run
+from divergent.app.services.accounts.masking import NO_MASK, Masker
+from divergent.app.services.accounts.secrets import log_masker
+from divergent.app.services.files.volumes import run_dir, run_is_ending
+from divergent.app.services.runs.listing import run_json
+from divergent.app.services.runs.text import summary_line, waiting_text
 
 STREAMS = ("stdout", "stderr")
 CHUNK = 256 * 1024

@@ -7,13 +7,13 @@ import secrets
 import string
 from collections.abc import Callable
 
-from app.extensions import db
-from app.models import Run
-from app.services.errors import (
+from divergent.app.extensions import db
+from divergent.app.models import Run
+from divergent.app.services.errors import (
     Conflict,
     Invalid,
 )
-from app.services.rows import add_unique
+from divergent.app.services.rows import add_unique
 
 REQUEST_KEY = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 

@@ -7,10 +7,10 @@ request's fault (422, exit 2) and says what the cluster has; what fits the
 cluster but not its state now is a moment's trouble (503, exit 1)."""
 from __future__ import annotations
 
-from app.services.cluster.capacity import gpu_capacity
-from app.services.errors import Refused, ServiceError, Unavailable
-from app.services.site.slurm_access import slurm_client, slurm_site
-from slurm.client import SlurmError, SubmitRefused
+from divergent.app.services.cluster.capacity import gpu_capacity
+from divergent.app.services.errors import Refused, ServiceError, Unavailable
+from divergent.app.services.site.slurm_access import slurm_client, slurm_site
+from divergent.slurm.client import SlurmError, SubmitRefused
 
 # What Slurm says when a job asks for more nodes than it finds (and, for
 # the second, when nodes are not back yet). Too many cores or too much

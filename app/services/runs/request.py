@@ -6,22 +6,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from app.models import Org, Run
-from app.services.accounts.secrets import (
+from divergent.app.models import Org, Run
+from divergent.app.services.accounts.secrets import (
     check_secret_name,
 )
-from app.services.errors import (
+from divergent.app.services.errors import (
     Invalid,
 )
-from app.services.money.catalog import catalog
-from app.services.money.pricing import micros
-from app.services.runs.checks import parse_check
-from app.services.runs.telemetry import parse_layout
-from app.services.runs.transfers import PROJECT as TRANSFER_PROJECT
-from app.services.runs.transfers import S3Location, Transfer, parse_mount, run_fields
-from app.services.site.slurm_access import slurm_site
+from divergent.app.services.money.catalog import catalog
+from divergent.app.services.money.pricing import micros
+from divergent.app.services.runs.checks import parse_check
+from divergent.app.services.runs.telemetry import parse_layout
+from divergent.app.services.runs.transfers import PROJECT as TRANSFER_PROJECT
+from divergent.app.services.runs.transfers import S3Location, Transfer, parse_mount, run_fields
+from divergent.app.services.site.slurm_access import slurm_site
+from divergent.slurm.jobspec import GpuType, InvalidJobSpec, check_env_name
 from divergent.terms import DEFAULT_IMAGE, IMAGE_REF, RUN_NAME
-from slurm.jobspec import GpuType, InvalidJobSpec, check_env_name
 
 CODE_REF = re.compile(r"^([a-z0-9_-][a-z0-9._-]{0,62})/code/([0-9a-f]{8,64})$")
 

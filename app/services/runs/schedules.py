@@ -16,14 +16,14 @@ from datetime import datetime, timedelta
 
 from flask import current_app
 
-from app.extensions import db
-from app.models import Org, Run, Schedule, Sweep, User, iso_utc, utcnow
-from app.services.accounts.orgs import all_named, find_named
-from app.services.errors import Conflict, Invalid, ServiceError, Unavailable
-from app.services.runs.cron import describe, parse_cron, parse_zone
-from app.services.runs.request import parse_request
-from app.services.runs.submit import SubmitUnsure, check_run, create_run
-from app.services.runs.sweeps import check_sweep, create_sweep
+from divergent.app.extensions import db
+from divergent.app.models import Org, Run, Schedule, Sweep, User, iso_utc, utcnow
+from divergent.app.services.accounts.orgs import all_named, find_named
+from divergent.app.services.errors import Conflict, Invalid, ServiceError, Unavailable
+from divergent.app.services.runs.cron import describe, parse_cron, parse_zone
+from divergent.app.services.runs.request import parse_request
+from divergent.app.services.runs.submit import SubmitUnsure, check_run, create_run
+from divergent.app.services.runs.sweeps import check_sweep, create_sweep
 from divergent.terms import RUN_NAME
 
 log = logging.getLogger("divergent.schedules")

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from app.models import Org
-from app.services.errors import (
+from divergent.app.models import Org
+from divergent.app.services.errors import (
     Invalid,
 )
-from app.services.money.catalog import catalog
-from app.services.money.pricing import current_prices, format_usd, minutes_for, usd_text
-from app.services.money.usage import hold_spend, minutes_left
-from app.services.runs.request import RunRequest
-from app.services.site.slurm_access import partition_max_minutes
+from divergent.app.services.money.catalog import catalog
+from divergent.app.services.money.pricing import current_prices, format_usd, minutes_for, usd_text
+from divergent.app.services.money.usage import hold_spend, minutes_left
+from divergent.app.services.runs.request import RunRequest
+from divergent.app.services.site.slurm_access import partition_max_minutes
 
 
 @dataclass

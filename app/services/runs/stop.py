@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import contextlib
 
-from app.extensions import db
-from app.models import LIVE, Run
-from app.services.errors import (
+from divergent.app.extensions import db
+from divergent.app.models import LIVE, Run
+from divergent.app.services.errors import (
     ServiceError,
     Unavailable,
 )
-from app.services.runs.submissions import adopt_job, end_dropped_member, settle_without_job
-from app.services.site.slurm_access import slurm_client
-from slurm.client import SlurmError
+from divergent.app.services.runs.submissions import adopt_job, end_dropped_member, settle_without_job
+from divergent.app.services.site.slurm_access import slurm_client
+from divergent.slurm.client import SlurmError
 
 
 def stop_run(run: Run) -> bool:

@@ -12,14 +12,14 @@ from datetime import timedelta
 import sqlalchemy as sa
 from flask import current_app
 
-from app.extensions import db
-from app.models import Org, Run, utcnow
-from app.services.accounts.secrets import remove_secrets_file
-from app.services.files.volumes import run_dir
-from app.services.notify.notices import enqueue_for
-from app.services.site.slurm_access import slurm_client
-from slurm.client import SlurmError
-from slurm.jobspec import job_name
+from divergent.app.extensions import db
+from divergent.app.models import Org, Run, utcnow
+from divergent.app.services.accounts.secrets import remove_secrets_file
+from divergent.app.services.files.volumes import run_dir
+from divergent.app.services.notify.notices import enqueue_for
+from divergent.app.services.site.slurm_access import slurm_client
+from divergent.slurm.client import SlurmError
+from divergent.slurm.jobspec import job_name
 
 # A submit in progress has its job id within a second or two.
 ADOPT_AFTER = timedelta(seconds=5)

@@ -14,15 +14,15 @@ from datetime import timedelta
 import sqlalchemy as sa
 from flask import current_app
 
-from app.extensions import db
-from app.models import LIVE, Org, Project, Run, User, utcnow
-from app.services.accounts.secrets import (
+from divergent.app.extensions import db
+from divergent.app.models import LIVE, Org, Project, Run, User, utcnow
+from divergent.app.services.accounts.secrets import (
     remove_secrets_file,
     seal,
     values_for_run,
     write_secrets_file,
 )
-from app.services.errors import (
+from divergent.app.services.errors import (
     Conflict,
     Forbidden,
     Invalid,
@@ -31,22 +31,28 @@ from app.services.errors import (
     TooManySubmits,
     Unavailable,
 )
-from app.services.files.code import stored_tree
-from app.services.files.quota import check_room
-from app.services.files.volumes import ensure_volume, org_dir, run_dir, trees_dir, volumes_in_command
-from app.services.money.catalog import catalog
-from app.services.rows import add_unique
-from app.services.runs.names import insert_run, run_for_request_key
-from app.services.runs.refusals import refused_by_slurm
-from app.services.runs.request import RunRequest, transfer_request
-from app.services.runs.sizing import Sizing, size_run, sized_under_lock
-from app.services.runs.stop import stop_run
-from app.services.runs.submissions import record_job
-from app.services.runs.transfers import Transfer, run_fields
-from app.services.site.slurm_access import ensure_org_account, slurm_client, slurm_site
-from slurm.client import SlurmError, SubmitNotReceived, SubmitRefused
-from slurm.jobspec import ArrayMember, InvalidJobSpec, JobSpec
-from slurm.script import render_batch_script
+from divergent.app.services.files.code import stored_tree
+from divergent.app.services.files.quota import check_room
+from divergent.app.services.files.volumes import (
+    ensure_volume,
+    org_dir,
+    run_dir,
+    trees_dir,
+    volumes_in_command,
+)
+from divergent.app.services.money.catalog import catalog
+from divergent.app.services.rows import add_unique
+from divergent.app.services.runs.names import insert_run, run_for_request_key
+from divergent.app.services.runs.refusals import refused_by_slurm
+from divergent.app.services.runs.request import RunRequest, transfer_request
+from divergent.app.services.runs.sizing import Sizing, size_run, sized_under_lock
+from divergent.app.services.runs.stop import stop_run
+from divergent.app.services.runs.submissions import record_job
+from divergent.app.services.runs.transfers import Transfer, run_fields
+from divergent.app.services.site.slurm_access import ensure_org_account, slurm_client, slurm_site
+from divergent.slurm.client import SlurmError, SubmitNotReceived, SubmitRefused
+from divergent.slurm.jobspec import ArrayMember, InvalidJobSpec, JobSpec
+from divergent.slurm.script import render_batch_script
 
 
 def job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,

@@ -18,19 +18,19 @@ from dataclasses import replace
 import sqlalchemy as sa
 from sqlalchemy.orm import selectinload
 
-from app.extensions import db
-from app.models import LIVE, Org, Run, Sweep, User, iso_utc
-from app.services.accounts.secrets import remove_secrets_file, write_secrets_file
-from app.services.errors import Conflict, Invalid, NotFound, Refused
-from app.services.files.volumes import data_path, run_dir
-from app.services.money.pricing import usd_text
-from app.services.money.usage import minutes_left
-from app.services.runs.listing import run_json
-from app.services.runs.names import free_name
-from app.services.runs.refusals import refused_by_slurm
-from app.services.runs.request import SWEEP_PREFIX, RunRequest
-from app.services.runs.sizing import Sizing, size_run, sized_under_lock
-from app.services.runs.submit import (
+from divergent.app.extensions import db
+from divergent.app.models import LIVE, Org, Run, Sweep, User, iso_utc
+from divergent.app.services.accounts.secrets import remove_secrets_file, write_secrets_file
+from divergent.app.services.errors import Conflict, Invalid, NotFound, Refused
+from divergent.app.services.files.volumes import data_path, run_dir
+from divergent.app.services.money.pricing import usd_text
+from divergent.app.services.money.usage import minutes_left
+from divergent.app.services.runs.listing import run_json
+from divergent.app.services.runs.names import free_name
+from divergent.app.services.runs.refusals import refused_by_slurm
+from divergent.app.services.runs.request import SWEEP_PREFIX, RunRequest
+from divergent.app.services.runs.sizing import Sizing, size_run, sized_under_lock
+from divergent.app.services.runs.submit import (
     SubmitUnsure,
     check_may_start,
     check_run,
@@ -39,9 +39,9 @@ from app.services.runs.submit import (
     not_taken,
     prepare,
 )
-from app.services.site.slurm_access import slurm_client
-from slurm.client import SlurmError, SubmitNotReceived, SubmitRefused, array_of
-from slurm.jobspec import ArrayMember, InvalidJobSpec, check_env_name
+from divergent.app.services.site.slurm_access import slurm_client
+from divergent.slurm.client import SlurmError, SubmitNotReceived, SubmitRefused, array_of
+from divergent.slurm.jobspec import ArrayMember, InvalidJobSpec, check_env_name
 
 MAX_KEYS = 8
 MAX_VALUE_CHARS = 1024

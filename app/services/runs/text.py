@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import shlex
 
-from app.extensions import db
-from app.models import Run
-from app.services.money.catalog import gpu_type
-from app.services.money.pricing import format_minutes, format_usd, usd_text
-from app.services.runs.checks import summary as checks_summary
-from app.services.runs.submissions import NOT_SUBMITTED
+from divergent.app.extensions import db
+from divergent.app.models import Run
+from divergent.app.services.money.catalog import gpu_type
+from divergent.app.services.money.pricing import format_minutes, format_usd, usd_text
+from divergent.app.services.runs.checks import summary as checks_summary
+from divergent.app.services.runs.submissions import NOT_SUBMITTED
+from divergent.slurm.reasons import explain_pending
 from divergent.terms import DEFAULT_IMAGE
-from slurm.reasons import explain_pending
 
 
 def format_duration(seconds: int | None) -> str:

@@ -25,12 +25,12 @@ from importlib import resources
 
 from flask import current_app
 
-from app.models import Org
-from app.services.accounts.secrets import secrets_of
-from app.services.durable import sync_folder
-from app.services.errors import Invalid
-from app.services.files.storage import clean_path, open_volume
-from app.services.files.volumes import check_volume_name, data_path
+from divergent.app.models import Org
+from divergent.app.services.accounts.secrets import secrets_of
+from divergent.app.services.durable import sync_folder
+from divergent.app.services.errors import Invalid
+from divergent.app.services.files.storage import clean_path, open_volume
+from divergent.app.services.files.volumes import check_volume_name, data_path
 from divergent.terms import CPU, S3_BUCKET
 
 # The names every S3 tool reads; the first two are required.
@@ -141,7 +141,7 @@ def run_fields(org: Org, transfer: Transfer, types: dict) -> dict:
 def _program() -> tuple[bytes, str]:
     """The transfer program's text and the name of its folder (its hash):
     read once a process."""
-    text = resources.files("s3").joinpath("transfer.py").read_bytes()
+    text = resources.files("divergent.s3").joinpath("transfer.py").read_bytes()
     return text, f"s3-{hashlib.sha256(text).hexdigest()[:16]}"
 
 

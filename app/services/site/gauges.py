@@ -13,9 +13,9 @@ import time
 import sqlalchemy as sa
 from flask import current_app
 
-from app.extensions import db
-from app.models import SiteGauge
-from app.services.instance_files import replace_file
+from divergent.app.extensions import db
+from divergent.app.models import SiteGauge
+from divergent.app.services.instance_files import replace_file
 
 SLURM_ERRORS = "slurm_errors:"
 CYCLE_ENDED, CYCLE_SECONDS, CYCLES = "reconciler_cycle_ended", "reconciler_cycle_seconds", \

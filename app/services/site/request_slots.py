@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from flask import current_app
 
-from app.services.errors import ServiceError
-from app.services.site.gauges import followers_file, note_followers
+from divergent.app.services.errors import ServiceError
+from divergent.app.services.site.gauges import followers_file, note_followers
 
 
 class NoSlot(ServiceError):

@@ -55,12 +55,20 @@ from dataclasses import dataclass, field, fields, replace
 
 from flask import current_app
 
-from app.services.errors import Invalid
-from app.services.instance_files import replace_file
+from divergent.app.services.errors import Invalid
+from divergent.app.services.instance_files import replace_file
+from divergent.slurm.client import SlurmClient
+from divergent.slurm.jobspec import (
+    GPU_NAME,
+    GRES,
+    STATE_PATH,
+    GpuType,
+    InvalidJobSpec,
+    SlurmSite,
+    default_catalog,
+)
+from divergent.slurm.transport import LocalTransport, SSHTransport
 from divergent.terms import CPU, GPU_TYPES
-from slurm.client import SlurmClient
-from slurm.jobspec import GPU_NAME, GRES, STATE_PATH, GpuType, InvalidJobSpec, SlurmSite, default_catalog
-from slurm.transport import LocalTransport, SSHTransport
 
 TRANSPORTS = ("local", "ssh", "pyslurm")
 # Partition and GRES names go into #SBATCH lines: plain names only.
@@ -105,7 +113,7 @@ class Transport:
         and does not import."""
         if self.kind == "pyslurm":
             # Optional: imported by the sites that chose it, alone.
-            from slurm.pyslurm_client import PyslurmClient
+            from divergent.slurm.pyslurm_client import PyslurmClient
             return PyslurmClient(self.connect())
         return SlurmClient(self.connect())
 

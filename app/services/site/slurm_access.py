@@ -13,12 +13,12 @@ from collections.abc import Iterator
 
 from flask import current_app
 
-from app.models import Org
-from app.services.errors import Unavailable
-from app.services.site.gauges import count_slurm_error
-from app.services.site.settings import Site, SiteConfigError, Transport, load_site
-from slurm.client import SlurmClient, SlurmError, SubmitRefused
-from slurm.jobspec import SlurmSite
+from divergent.app.models import Org
+from divergent.app.services.errors import Unavailable
+from divergent.app.services.site.gauges import count_slurm_error
+from divergent.app.services.site.settings import Site, SiteConfigError, Transport, load_site
+from divergent.slurm.client import SlurmClient, SlurmError, SubmitRefused
+from divergent.slurm.jobspec import SlurmSite
 
 _lock = threading.Lock()
 _clients: dict[Transport, SlurmClient] = {}
