@@ -65,8 +65,20 @@ test-fast: lint postgres
 bench: up pyslurm test-tools
 	$(BIN)/python bench/all.py
 
+# Python (ruff), and every shell script: the batch script's fragments
+# (slurm/batch/, with its .shellcheckrc), the golden scripts they render
+# (whole: their quoted values are literal on purpose, their functions run
+# through declare -f) and the dev and node scripts.
+SHELL_SCRIPTS := slurm/dev/up slurm/dev/down slurm/dev/common.sh slurm/node/prolog \
+	slurm/node/epilog slurm/node/common.sh s3/dev/up s3/dev/down scripts/services \
+	scripts/postgres-up scripts/pyslurm-wheel .ci/run
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
+	@command -v shellcheck >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null)
+	shellcheck slurm/batch/*.sh
+	shellcheck -s bash -e SC2016,SC2317 tests/golden/*.sh
+	shellcheck -x -S warning $(SHELL_SCRIPTS)
 
 down:
 	-scripts/services stop

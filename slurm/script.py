@@ -15,8 +15,16 @@ inside the sandbox, turns them into environment variables.
 from __future__ import annotations
 
 import shlex
+from importlib import resources
 
 from divergent.slurm.jobspec import JobSpec, SlurmSite, check_env_name, job_name
+
+
+def _fragment(name: str) -> str:
+    """A fixed part of the script, kept in slurm/batch/ as a file of its own
+    so that shellcheck reads it (make lint)."""
+    return resources.files("divergent.slurm").joinpath("batch", name).read_text()
+
 
 METRICS_PATH = "/div/metrics.jsonl"
 # The run's secrets, in its state folder (0600) until the batch script has
@@ -50,144 +58,12 @@ LAUNCH = ('trap "" USR1; eval "$div_env_decl"; eval "$div_secrets_decl"; '
 # masker sees only bytes that stay together). Bytes pass unchanged.
 # Slurm's signals to the step are for the run: the relay ends when the last
 # writer is gone, with what it holds.
-LINES = r'''import os, select, signal
-for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
-    signal.signal(sig, signal.SIG_IGN)
-held = b""
-while True:
-    if held and not select.select([0], [], [], 0.2)[0]:
-        os.write(1, held)
-        held = b""
-        continue
-    data = os.read(0, 65536)
-    if not data:
-        break
-    held += data
-    cut = held.rfind(b"\n") + 1 or (len(held) if len(held) >= 1 << 20 else 0)
-    view = memoryview(held)[:cut]
-    while view:
-        view = view[os.write(1, view):]
-    held = held[cut:]
-if held:
-    os.write(1, held)
-'''
+LINES = _fragment("lines.py")
 
 # Runs once on each node (srun, one task a node): a scratch folder with
 # workspace/ (a copy of the code) and mnt/, the command through the runtime,
 # then the lost-bytes note and the scratch gone, on any exit.
-NODE_FUNCTIONS = r'''
-div_node() {
-    # The run's own output goes straight to its files, so that srun's own
-    # messages ("task 0: Exited with exit code 3") never mix into the log.
-    # Several nodes append to one file: each through a relay that writes
-    # whole lines, so that one node's line never lands inside another's.
-    div_relays=()
-    if [ "${SLURM_NNODES:-1}" -gt 1 ] && command -v python3 >/dev/null; then
-        exec > >(exec python3 -I -c "$div_lines" >>"$div_state/stdout")
-        div_relays+=($!)
-        exec 2> >(exec python3 -I -c "$div_lines" >>"$div_state/stderr")
-        div_relays+=($!)
-    else
-        exec >>"$div_state/stdout" 2>>"$div_state/stderr"
-    fi
-    eval "$div_bind_paths_decl"
-    # One process a node: torch.distributed's env:// and torchrun (PET_*)
-    # read the node's place in the run from these.
-    export NODE_RANK=$SLURM_NODEID PET_NODE_RANK=$SLURM_NODEID RANK=$SLURM_NODEID
-    # Slurm's warning (--signal) comes to this shell alone, Slurm's task:
-    # div_warn passes it on to every process of the run.
-    div_warned=0
-    trap 'div_warned=1; div_warn' USR1
-    scratch=$(mktemp -d "$div_scratch_root/div-$DIV_RUN.XXXXXX") || exit 1
-    trap div_cleanup EXIT
-    trap 'exit 143' TERM INT
-    mkdir -p "$scratch/workspace" "$scratch/mnt"
-    if [ -n "$div_code" ]; then
-        cp -a "$div_code/." "$scratch/workspace/" || exit 1
-    fi
-    volumes=()
-    local dir name
-    for dir in "$div_volumes_dir"/*/; do
-        name=$(basename "$dir")
-        [[ -d $dir && $name =~ ^[a-z0-9_-][a-z0-9._-]{0,62}$ ]] && volumes+=("$name")
-    done
-    # In the background, with the warning ignored (bwrap, apptainer and the
-    # run's processes inherit that), so that `wait` gives way to div_warn.
-    (trap '' USR1; div_exec) &
-    div_child=$!
-    local rc
-    while :; do
-        wait "$div_child"
-        rc=$?
-        # The warning ended the wait, not the child: wait again.
-        [ "$div_warned" = 1 ] || break
-        div_warned=0
-    done
-    # Per attempt: one on a node Slurm gave up on may still write.
-    echo "$rc" >"$div_state/exit.$DIV_RESTART_COUNT.$SLURM_NODEID"
-    # The first rank to fail gives the run its exit code: the others may
-    # fail because it did. Made once (noclobber opens with O_EXCL).
-    [ "$rc" = 0 ] || (set -C; echo "$rc" >"$div_state/exit.$DIV_RESTART_COUNT.first") 2>/dev/null
-    exit "$rc"
-}
-
-# Every process under the runtime's (div_child), found in one pass over one
-# ps, so that the time between reading pids and signalling them stays short
-# however many processes the run makes (the same window Slurm's own
-# proctrack has): ours ignore the warning, and so does each of the run's
-# that has not asked for it (see LAUNCH).
-div_warn() {
-    [ -n "${div_child:-}" ] || return 0
-    { kill -USR1 $(ps -e -o pid=,ppid= | awk -v root="$div_child" '
-        { kids[$2] = kids[$2] " " $1 }
-        END { queue = root
-              while (queue != "") {
-                  n = split(queue, now, " "); queue = ""
-                  for (i = 1; i <= n; i++) if (!(now[i] in seen)) {
-                      seen[now[i]]; print now[i]; queue = queue kids[now[i]] }
-              } }'); } 2>/dev/null
-}
-
-# Stored trees are bound over the volume's own code/ folder, when that is a
-# folder: a file or link a member put there fails no run (the link would
-# lead only within the sandbox anyway).
-div_has_trees() {
-    [ -n "$div_trees_dir" ] && [ -d "$div_trees_dir/$1" ] &&
-        [ -d "$div_volumes_dir/$1/code" ] && [ ! -L "$div_volumes_dir/$1/code" ]
-}
-
-div_is_volume() {
-    local v
-    for v in "${volumes[@]}"; do [ "$v" = "$1" ] && return 0; done
-    return 1
-}
-
-div_cleanup() {
-    local entry name totals
-    for entry in "$scratch"/mnt/* "$scratch"/mnt/.[!.]*; do
-        [ -e "$entry" ] || continue
-        name=$(basename "$entry")
-        div_is_volume "$name" && continue
-        totals=$(find "$entry" -type f -printf '%s\n' | awk '{n++; s+=$1} END {print n+0, s+0}')
-        [ "${totals% *}" -gt 0 ] || continue
-        # Decimal units, as the upload line writes them: 1.6 KB, never 0.0 MB.
-        awk -v b="${totals#* }" -v n="$name" 'BEGIN {
-            split("KB MB GB TB", units); size = b "";
-            if (b >= 1000) { for (i = 1; b >= 1000 && i <= 4; i++) { b /= 1000; u = units[i] }
-                             size = sprintf("%.1f %s", b, u) } else size = b " B";
-            printf "%s written to /mnt/%s was lost: it is not a volume\n", size, n }' >&2
-    done
-    rm -rf "$scratch"
-    # The relays write what they hold once nothing writes to them; a moment
-    # at most (the run's processes are gone: its sandbox died with it).
-    exec >&- 2>&-
-    local i
-    for i in $(seq 50); do
-        kill -0 "${div_relays[@]}" 2>/dev/null || break
-        sleep 0.1
-    done
-}
-'''
+NODE_FUNCTIONS = "\n" + _fragment("node.sh")
 
 # `none`: bubblewrap on the node's own software, read-only, and nothing else
 # of the node: no home, no share but the org's volumes, no other runs, no
@@ -198,118 +74,31 @@ div_cleanup() {
 # namespace of its own inside it; other runs' kernel key names (/proc/keys)
 # are not shown. The code trees the server stored are bound read-only over
 # /mnt/<volume>/code.
-EXEC_NONE = r'''
-div_exec() {
-    local args=(--die-with-parent --unshare-user --unshare-pid --unshare-ipc --cap-drop ALL
-        --disable-userns
-        --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib
-        --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin
-        --proc /proc --ro-bind /dev/null /proc/keys --ro-bind /dev/null /proc/key-users
-        --dev /dev --tmpfs /tmp
-        --bind "$scratch/mnt" /mnt --bind "$scratch/workspace" /workspace
-        --bind "$div_state/metrics.jsonl" "$DIV_METRICS"
-        --bind "$scratch/python" /div/python
-        --setenv HOME /workspace --chdir /workspace)
-    local etc
-    for etc in passwd group nsswitch.conf hosts hostname resolv.conf host.conf gai.conf \
-        services protocols localtime timezone ssl ca-certificates pki ld.so.cache \
-        ld.so.conf ld.so.conf.d alternatives os-release mime.types /etc/python3*; do
-        args+=(--ro-bind-try "/etc/${etc#/etc/}" "/etc/${etc#/etc/}")
-    done
-    # The job's own network names its nodes by their addresses in it.
-    [ -f "$div_job_hosts" ] && args+=(--ro-bind "$div_job_hosts" /etc/hosts)
-    local p v
-    for p in "${div_bind_paths[@]}"; do args+=(--ro-bind "$p" "$p"); done
-    for p in /dev/nvidia* /dev/dri; do [ -e "$p" ] && args+=(--dev-bind "$p" "$p"); done
-    for v in "${volumes[@]}"; do
-        args+=(--bind "$div_volumes_dir/$v" "/mnt/$v")
-        div_has_trees "$v" && args+=(--ro-bind "$div_trees_dir/$v" "/mnt/$v/code")
-    done
-    mkdir -p "$scratch/python"
-    bwrap "${args[@]}" /bin/bash -c "$div_python_env
-$div_launch"
-}
-'''
+EXEC_NONE = "\n" + _fragment("exec-none.sh")
 
 # `pyxis`: a step of its own on this node, in the image, through enroot.
-EXEC_PYXIS = r'''
-div_exec() {
-    local mounts="$scratch/workspace:/workspace,$scratch/mnt:/mnt,$div_state/metrics.jsonl:$DIV_METRICS" v
-    for v in "${volumes[@]}"; do
-        mounts+=",$div_volumes_dir/$v:/mnt/$v"
-        div_has_trees "$v" && mounts+=",$div_trees_dir/$v:/mnt/$v/code:ro"
-    done
-    [ -f "$div_job_hosts" ] && mounts+=",$div_job_hosts:/etc/hosts:ro"
-    # --export=ALL: under the job's --export=NONE a step would get none of
-    # the div_* values LAUNCH needs.
-    srun --overlap --export=ALL --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
-        $div_isolate --container-image="$div_image" --container-mounts="$mounts" \
-        --container-workdir=/workspace --no-container-mount-home \
-        /bin/bash -c "$div_launch"
-}
-'''
+EXEC_PYXIS = "\n" + _fragment("exec-pyxis.sh")
 
 # `apptainer`: the image from its registry, contained, with GPUs when asked.
-EXEC_APPTAINER = r'''
-div_exec() {
-    local args=(exec --contain --pid --ipc --pwd /workspace
-        --bind "$scratch/workspace:/workspace" --bind "$scratch/mnt:/mnt"
-        --bind "$div_state/metrics.jsonl:$DIV_METRICS") v
-    [ "$div_gpus" = yes ] && args+=(--nv)
-    for v in "${volumes[@]}"; do
-        args+=(--bind "$div_volumes_dir/$v:/mnt/$v")
-        div_has_trees "$v" && args+=(--bind "$div_trees_dir/$v:/mnt/$v/code:ro")
-    done
-    [ -f "$div_job_hosts" ] && args+=(--bind "$div_job_hosts:/etc/hosts:ro")
-    apptainer "${args[@]}" "docker://$div_image" /bin/bash -c "$div_launch"
-}
-'''
+EXEC_APPTAINER = "\n" + _fragment("exec-apptainer.sh")
 
 # Runtime `none`, inside the sandbox before LAUNCH: a Python environment of
 # the run's own over the node's (whose packages, torch included, stay
 # visible), so that `pip install` works with /usr read-only. On the node's
 # scratch disk (bound at /div/python), not in memory; about 30 ms.
 # From / and isolated (-I): a module in the run's code never shadows venv's.
-PYTHON_ENV = r'''if (cd / && python3 -I -m venv --system-site-packages --without-pip \
-        /div/python) 2>/dev/null; then
-    for div_pip in pip pip3; do
-        printf '#!/bin/sh\nexec /div/python/bin/python -m pip "$@"\n' >/div/python/bin/$div_pip
-        chmod +x /div/python/bin/$div_pip
-    done
-    export VIRTUAL_ENV=/div/python PATH="/div/python/bin:$PATH"
-fi'''
+PYTHON_ENV = _fragment("python-env.sh").rstrip("\n")
 
 EXEC = {"none": EXEC_NONE, "pyxis": EXEC_PYXIS, "apptainer": EXEC_APPTAINER}
 
 # Each attempt, before it waits for anything: its deadline (when Slurm ends
 # it at its time limit, if it has one), and after a node failure a line in
 # the log and at most MAX_RESTARTS restarts.
-ATTEMPT = rf'''div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e \
-    2>/dev/null)
-[[ $div_end =~ ^[0-9]+$ ]] && export DIV_DEADLINE=$div_end
-if [ "$DIV_RESTART_COUNT" -gt {MAX_RESTARTS} ]; then
-    echo "divergent: $DIV_RUN gives up: its nodes failed $DIV_RESTART_COUNT times" >>"$div_state/stderr"
-    exit 1
-elif [ "$DIV_RESTART_COUNT" -gt 0 ]; then
-    echo "divergent: $DIV_RUN restarted after a node failure:" \
-        "attempt $((DIV_RESTART_COUNT + 1)) of at most {MAX_RESTARTS + 1}, on $SLURM_JOB_NODELIST" \
-        >>"$div_state/stderr"
-fi'''
+ATTEMPT = _fragment("attempt.sh").rstrip("\n")
 
 # The batch step: the node function once per node; the first rank to fail
 # gives the run its exit code (srun then ends the others), else rank 0's.
-MAIN = r'''
-srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" $div_node_isolate \
-    /bin/bash -c "$(declare -f div_node div_warn div_has_trees div_is_volume div_cleanup \
-        div_exec); div_node" \
-    >>"$div_state/slurm.log" 2>&1
-rc=$?
-first=$(cat "$div_state/exit.$DIV_RESTART_COUNT.first" 2>/dev/null)
-[ -n "$first" ] && exit "$first"
-rank0=$(cat "$div_state/exit.$DIV_RESTART_COUNT.0" 2>/dev/null || echo "$rc")
-[ "$rank0" != 0 ] && exit "$rank0"
-exit "$rc"
-'''
+MAIN = "\n" + _fragment("main.sh")
 
 
 def sbatch_directives(spec: JobSpec, site: SlurmSite) -> list[str]:
@@ -406,12 +195,14 @@ def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
         # torch.distributed's env:// read; the node's rank is set per node.
         'export NNODES="$SLURM_JOB_NUM_NODES" PET_NNODES="$SLURM_JOB_NUM_NODES" '
         'WORLD_SIZE="$SLURM_JOB_NUM_NODES"',
-        'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "export MASTER_ADDR",
         'export PET_MASTER_ADDR="$MASTER_ADDR"',
         # Per job, so that two jobs sharing a node never collide.
         "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 40000))",
         'export PET_MASTER_PORT="$MASTER_PORT"',
         'export DIV_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"',
+        f"export div_max_restarts={MAX_RESTARTS}",
         "export " + _assign("div_volumes_dir", spec.volumes_dir),
         "export " + _assign("div_trees_dir", spec.trees_dir or ""),
         "export " + _assign("div_code", spec.code_dir or ""),

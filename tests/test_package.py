@@ -29,7 +29,7 @@ def test_everything_installs_under_divergent_with_the_servers_files(wheel):
     assert {name.split("/")[0] for name in names} == {"divergent", wheel.name.split("-py")[0]
                                                       + ".dist-info"}
     for wanted in ("divergent/app/__init__.py", "divergent/cli/main.py", "divergent/terms.py",
-                   "divergent/slurm/script.py", "divergent/s3/transfer.py",
+                   "divergent/slurm/script.py", "divergent/slurm/batch/node.sh", "divergent/s3/transfer.py",
                    "divergent/templates/base.html", "divergent/app/static/vendor/htmx-2.0.11.min.js",
                    "divergent/migrations/env.py", "divergent/migrations/alembic.ini"):
         assert wanted in names

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # the scripts that source this use its settings
 # Settings and helpers shared by slurm/dev/up and slurm/dev/down.
 # Every setting can be overridden from the environment.
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # the scripts that source this use its settings
 # Shared by divergent's prolog and epilog: the job's names and addresses.
 CONF=${DIV_NODE_CONF:-/etc/slurm/divergent-node.conf}
 # shellcheck source=/dev/null

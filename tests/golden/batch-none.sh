@@ -23,11 +23,13 @@ export div_env_decl='div_env=(LR=3e-4)' DIV_RUN=run-k4t9 div_state=/srv/div/runs
 export DIV_PROJECT=classifier
 export DIV_METRICS=/div/metrics.jsonl
 export NNODES="$SLURM_JOB_NUM_NODES" PET_NNODES="$SLURM_JOB_NUM_NODES" WORLD_SIZE="$SLURM_JOB_NUM_NODES"
-export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export MASTER_ADDR
 export PET_MASTER_ADDR="$MASTER_ADDR"
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 40000))
 export PET_MASTER_PORT="$MASTER_PORT"
 export DIV_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"
+export div_max_restarts=3
 export div_volumes_dir=/srv/div/share/acme
 export div_trees_dir=/srv/div/trees/acme
 export div_code=/srv/div/trees/acme/classifier-code/9f31c2ab
@@ -72,12 +74,12 @@ export div_bind_paths_decl='div_bind_paths=(/opt/conda)'
 div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e \
     2>/dev/null)
 [[ $div_end =~ ^[0-9]+$ ]] && export DIV_DEADLINE=$div_end
-if [ "$DIV_RESTART_COUNT" -gt 3 ]; then
+if [ "$DIV_RESTART_COUNT" -gt "$div_max_restarts" ]; then
     echo "divergent: $DIV_RUN gives up: its nodes failed $DIV_RESTART_COUNT times" >>"$div_state/stderr"
     exit 1
 elif [ "$DIV_RESTART_COUNT" -gt 0 ]; then
     echo "divergent: $DIV_RUN restarted after a node failure:" \
-        "attempt $((DIV_RESTART_COUNT + 1)) of at most 4, on $SLURM_JOB_NODELIST" \
+        "attempt $((DIV_RESTART_COUNT + 1)) of at most $((div_max_restarts + 1)), on $SLURM_JOB_NODELIST" \
         >>"$div_state/stderr"
 fi
 export div_secrets_decl=
@@ -145,6 +147,7 @@ div_node() {
 # that has not asked for it (see LAUNCH).
 div_warn() {
     [ -n "${div_child:-}" ] || return 0
+    # shellcheck disable=SC2046  # one word a pid: the list is the arguments
     { kill -USR1 $(ps -e -o pid=,ppid= | awk -v root="$div_child" '
         { kids[$2] = kids[$2] " " $1 }
         END { queue = root
@@ -188,8 +191,7 @@ div_cleanup() {
     # The relays write what they hold once nothing writes to them; a moment
     # at most (the run's processes are gone: its sandbox died with it).
     exec >&- 2>&-
-    local i
-    for i in $(seq 50); do
+    for _ in $(seq 50); do
         kill -0 "${div_relays[@]}" 2>/dev/null || break
         sleep 0.1
     done
@@ -215,6 +217,7 @@ div_exec() {
     # The job's own network names its nodes by their addresses in it.
     [ -f "$div_job_hosts" ] && args+=(--ro-bind "$div_job_hosts" /etc/hosts)
     local p v
+    # shellcheck disable=SC2154  # declared by div_node's eval of div_bind_paths_decl
     for p in "${div_bind_paths[@]}"; do args+=(--ro-bind "$p" "$p"); done
     for p in /dev/nvidia* /dev/dri; do [ -e "$p" ] && args+=(--dev-bind "$p" "$p"); done
     for v in "${volumes[@]}"; do
@@ -226,7 +229,7 @@ div_exec() {
 $div_launch"
 }
 
-srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" $div_node_isolate \
+srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" ${div_node_isolate:+"$div_node_isolate"} \
     /bin/bash -c "$(declare -f div_node div_warn div_has_trees div_is_volume div_cleanup \
         div_exec); div_node" \
     >>"$div_state/slurm.log" 2>&1
