@@ -8,6 +8,7 @@ import itertools
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,14 @@ SERVICE_USER = os.environ.get("DIV_SERVICE_USER", "divergent")
 # carries it in its name, so that workers never meet.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 _stacks_started = itertools.count(1)
+
+
+def interrupt_as_a_terminal_does() -> None:
+    """preexec_fn of a `div` that a test stops with Ctrl-C (SIGINT): Python
+    leaves SIGINT ignored when it starts with it ignored, as every command a
+    shell starts in the background without job control does; so a test run
+    launched that way would send a Ctrl-C nothing hears."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def service_folder(prefix: str) -> Path:

@@ -25,7 +25,7 @@ from divergent.app.services.runs import logs
 from divergent.cli.main import cli
 from divergent.cli.progress import Progress
 from tests.serving import serving
-from tests.stack import VENV_BIN
+from tests.stack import VENV_BIN, interrupt_as_a_terminal_does
 from tests.test_money import last_line
 
 LINES = "for i in $(seq 1 40); do echo out-$i; echo err-$i >&2; done"
@@ -82,7 +82,8 @@ def test_ls_filters_logs_tail_stop_many_open_and_rerun(stack, project):
 
     # Ctrl-C on `div logs -f` leaves the run going and says how to follow it again.
     following = subprocess.Popen([str(VENV_BIN / "div"), "logs", "theirs-a", "-f"], cwd=project,
-                                 env=second, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                 env=second, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 preexec_fn=interrupt_as_a_terminal_does)
     time.sleep(3)
     following.send_signal(signal.SIGINT)
     _, said = following.communicate(timeout=30)

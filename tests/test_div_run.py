@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from tests.stack import VENV_BIN
+from tests.stack import VENV_BIN, interrupt_as_a_terminal_does
 
 HEADER = re.compile(r"^(run-[a-z0-9]{4,}) (.+) \$(\d+\.\d\d)/h "
                     r"(max spend \$\d+\.\d\d \(about .+\)|no spend limit)$")
@@ -163,7 +163,8 @@ def test_sigint_detaches_and_the_run_goes_on(stack, project):
     write(project, "long.py", "import time\nprint('started', flush=True)\ntime.sleep(60)\n")
     proc = subprocess.Popen([str(VENV_BIN / "div"), "run", "--gpu", "cpu", "long.py"],
                             cwd=project, env=stack.div_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE,
+                            preexec_fn=interrupt_as_a_terminal_does)
     assert proc.stdout.readline() == b"started\n"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
