@@ -30,7 +30,7 @@ services.env:
 		'DIV_WEBHOOK_ALLOWED_NETWORKS=127.0.0.1/32' > $@
 	chmod 644 $@
 
-# A login node's install (README "Installing on a login node"): the venv and
+# A login node's install (docs/admins/login-node.md): the venv and
 # the package with what runs it alone (no test tools), no dev cluster; the
 # units in deploy/ run it.
 install:

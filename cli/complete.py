@@ -1,4 +1,4 @@
-"""Shell completion of run and volume names, asked of the API (README:
+"""Shell completion of run and volume names, asked of the API (docs/users/div.md,
 "Shell completion"). Completion never prints an error: a shell calls it on
 every Tab, so without a key or a server it offers nothing."""
 from __future__ import annotations

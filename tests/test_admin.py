@@ -146,8 +146,8 @@ def test_an_admin_command_without_the_sites_settings_says_so_and_makes_no_databa
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip() == (
         f"Error: there is no database at {missing}: are the site's settings loaded? "
-        "scripts/services reads them from services.env in the checkout (README: Installing on a "
-        "login node); a new site makes its tables with `flask db upgrade`")
+        "scripts/services reads them from services.env in the checkout (docs/admins/login-node.md); "
+        "a new site makes its tables with `flask db upgrade`")
     assert not missing.exists()
 
 

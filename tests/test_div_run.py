@@ -8,6 +8,8 @@ import signal
 import subprocess
 import time
 
+from divergent.slurm.client import SlurmClient
+from tests.jobs import wait_for_end
 from tests.stack import VENV_BIN, interrupt_as_a_terminal_does
 
 HEADER = re.compile(r"^(run-[a-z0-9]{4,}) (.+) \$(\d+\.\d\d)/h "
@@ -347,7 +349,8 @@ def test_the_reconciler_can_restart_at_any_time(stack, project):
         done = stack.div("run", "--gpu", "cpu", "-d", "--no-upload", "--", "echo $((6 * 7)); exit 4",
                          cwd=project)
         name = done.stdout.decode().strip()
-        time.sleep(3)
+        # Ended in Slurm's record (however busy the cluster), never settled.
+        wait_for_end(SlurmClient(), stack.run_json(name)["slurm_job_id"])
         assert stack.run_json(name)["status"] == "queued"
         standby = stack.flask("reconcile", "--once", check=False)
         assert standby.returncode == 0 and "runs changed" in standby.stdout, standby.stderr

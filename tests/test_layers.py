@@ -1,4 +1,4 @@
-"""The arrows of the architecture (README "Layout"): cli -> (HTTP) -> app/api
+"""The arrows of the architecture (docs/developers/architecture.md): cli -> (HTTP) -> app/api
 and app/dashboard -> app/web -> app/services -> slurm, each side taking the
 shared terms from divergent.terms; and everything of ours imported as
 divergent.*, the one name the package installs. Read from the source's

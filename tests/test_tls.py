@@ -78,7 +78,7 @@ def nginx_in_front(stack, folder: Path):
 
 @pytest.fixture(scope="module")
 def site_behind_nginx(slurm_cluster, tmp_path_factory):
-    """A stack configured as the README's login-node install (DIV_PROXY_HOPS=1,
+    """A stack configured as the login-node install of docs/admins/login-node.md (DIV_PROXY_HOPS=1,
     secure cookies) behind the shipped nginx site on a port that is not 443."""
     with running_stack(free_port(), None, settings={"DIV_PROXY_HOPS": "1",
                                                     "DIV_SECURE_COOKIES": "1"}) as proxied:

@@ -48,7 +48,7 @@ def _on_the_sites_database(callback):
         if missing:
             raise click.ClickException(
                 f"{missing}: are the site's settings loaded? scripts/services reads them from "
-                "services.env in the checkout (README: Installing on a login node); a new "
+                "services.env in the checkout (docs/admins/login-node.md); a new "
                 "site makes its tables with `flask db upgrade`")
         return callback(*args, **kwargs)
     return checked

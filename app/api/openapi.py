@@ -139,7 +139,7 @@ PATHS = {
     "/runs/{name}/rerun": {"post": op("A new run of what this run ran", answer(ref("CreatedRun")),
                                       "201", params=[IDEMPOTENCY], **RETRIED)},
     "/runs/{name}/logs": {"get": op(
-        "The log as NDJSON events (README: the log stream)",
+        "The log as NDJSON events (docs/users/api.md: the log stream)",
         answer({"type": "string"}, "application/x-ndjson"), params=[
             query("stdout", {"type": "integer", "minimum": 0}, "byte offset"),
             query("stderr", {"type": "integer", "minimum": 0}, "byte offset"),

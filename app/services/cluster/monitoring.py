@@ -1,4 +1,4 @@
-"""What `/metrics` tells Prometheus (README "Monitoring"), every name
+"""What `/metrics` tells Prometheus (docs/admins/monitoring.md), every name
 prefixed `divergent_`. The server runs as several processes beside the
 reconciler, so nothing here is one process's memory: runs, queue waits and
 spend are read from the database when scraped, the rest from what every

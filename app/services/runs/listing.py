@@ -79,7 +79,7 @@ def page_of_runs(org: Org, before: int | None = None, size: int = 50,
 
 
 def run_json(run: Run) -> dict:
-    """The run as the API and `div run --json` show it (README: "A run as JSON")."""
+    """The run as the API and `div run --json` show it (docs/users/div.md, "A run as JSON")."""
     return {
         "name": run.name, "project": run.project.name, "user": run.user.username,
         "status": run.status,
