@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FLASK_APP := wsgi.py
 
-.PHONY: up install wheel test test-fast lint down bench cluster s3 postgres test-tools node-torch pyslurm
+.PHONY: up install wheel docs test test-fast lint down bench cluster s3 postgres test-tools node-torch pyslurm
 
 # The server, the reconciler and their admin commands run as the service
 # user (scripts/services); the key file for the developer is copied out.
@@ -65,7 +65,7 @@ test-fast: lint postgres
 bench: up pyslurm test-tools
 	$(BIN)/python bench/all.py
 
-# Python (ruff), and every shell script: the batch script's fragments
+# Python (ruff), the manual (mkdocs --strict), and every shell script: the batch script's fragments
 # (slurm/batch/, with its .shellcheckrc), the golden scripts they render
 # (whole: their quoted values are literal on purpose, their functions run
 # through declare -f) and the dev and node scripts.
@@ -79,6 +79,12 @@ lint: $(VENV)/.installed
 	shellcheck slurm/batch/*.sh
 	shellcheck -s bash -e SC2016,SC2317 tests/golden/*.sh
 	shellcheck -x -S warning $(SHELL_SCRIPTS)
+	$(BIN)/mkdocs build --strict -q
+
+# The manual (docs/, MkDocs) into site/; the API reference is rendered from
+# the server's own OpenAPI description as it builds (docs/hooks.py).
+docs: $(VENV)/.installed
+	$(BIN)/mkdocs build --strict
 
 down:
 	-scripts/services stop

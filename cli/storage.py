@@ -1,5 +1,5 @@
 """`div storage put|ls|get|rm`: files on and off the org's volumes
-(product-docs/volumes-guide.txt)."""
+(docs/users/storage.md)."""
 from __future__ import annotations
 
 import hashlib

@@ -45,7 +45,8 @@ JOB_ID = re.compile(r"^[0-9]{1,12}$")
 
 def job_name(run_name: str) -> str:
     """The Slurm job name of a run: how the reconciler finds a job whose id
-    the server never recorded (DESIGN.md "A run and its job")."""
+    the server never recorded (docs/developers/design.md, "A run and its
+    job")."""
     return f"div-{run_name}"
 
 

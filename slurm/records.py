@@ -212,7 +212,7 @@ def _awaiting_restart(final: JobRecord, now: int) -> JobRecord:
     return final
 
 
-# Slurm state -> run status (DESIGN.md "States"). CANCELLED and TIMEOUT are
+# Slurm state -> run status (docs/developers/design.md, "States"). CANCELLED and TIMEOUT are
 # settled by the caller, which knows whether it cancelled for spend or limit.
 RUN_STATUS = {
     "PENDING": "queued", "REQUEUED": "queued", "CONFIGURING": "queued",

@@ -5,12 +5,12 @@ reads.
 Only the "values" block holds user values, each one shlex-quoted or already
 checked by a strict pattern (slurm.jobspec). Everything else is fixed text.
 
-The trust boundary (DESIGN.md "The batch script"): this script's own shell,
-srun, scontrol, cp and the cleanup run outside the sandbox with an
-environment the script sets itself. The run's env and secrets are never
-exported here: they travel as quoted array declarations under fixed names
-(div_env_decl, div_secrets_decl), and only LAUNCH, the first thing run
-inside the sandbox, turns them into environment variables.
+The trust boundary (docs/developers/design.md, "The batch script"): this
+script's own shell, srun, scontrol, cp and the cleanup run outside the
+sandbox with an environment the script sets itself. The run's env and
+secrets are never exported here: they travel as quoted array declarations
+under fixed names (div_env_decl, div_secrets_decl), and only LAUNCH, the
+first thing run inside the sandbox, turns them into environment variables.
 """
 from __future__ import annotations
 

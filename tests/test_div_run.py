@@ -1,4 +1,4 @@
-"""`div run` as product-docs/div-run-reference.txt promises it, end to end:
+"""`div run` as docs/users/div-run.md promises it, end to end:
 the real `div` against the real server, reconciler and dev Slurm cluster."""
 from __future__ import annotations
 

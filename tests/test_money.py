@@ -1,5 +1,5 @@
-"""Money, metrics and checks, end to end (product-docs: Pricing, Container
-size, Check syntax, Output): spend limits enforced by Slurm, the org's
+"""Money, metrics and checks, end to end (docs/users/div-run.md: Size and
+price, Checks, Output): spend limits enforced by Slurm, the org's
 monthly limit, per-minute billing that reconciles with sacct, --check."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The header and last lines of product-docs' Output section, and why a
+"""The header and last lines of docs/users/div-run.md's Output section, and why a
 queued run waits, in words."""
 from __future__ import annotations
 

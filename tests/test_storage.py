@@ -1,4 +1,4 @@
-"""product-docs/volumes-guide.txt, end to end: `div storage` and runs
+"""docs/users/storage.md, end to end: `div storage` and runs
 against the real server and cluster."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Code uploads, content-addressed (DESIGN.md "A run, end to end"): the CLI
-sends a manifest of (path, sha256, size, mode); the server answers which
-blobs its org lacks; once it has them all, the tree is laid out once, named
+"""Code uploads, content-addressed (docs/developers/design.md, "A run, end
+to end"): the CLI sends a manifest of (path, sha256, size, mode); the server
+answers which blobs its org lacks; once it has them all, the tree is laid out once, named
 by the hash of the manifest (<volume>/code/<hash8>). Unchanged code sends no
 bytes and reuses the tree already laid out.
 

@@ -1,4 +1,4 @@
-"""Prices and the money arithmetic of DESIGN.md "Money", in integer
+"""Prices and the money arithmetic of docs/developers/design.md, "Money", in integer
 micro-dollars: the hourly rate of a container size, what a spend limit buys
 as Slurm's --time, and the cost of elapsed seconds (per started minute, one
 minute minimum)."""

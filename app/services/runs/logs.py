@@ -1,5 +1,5 @@
-"""A run's log as events with byte offsets (DESIGN.md "Logs"): stdout and
-stderr are separate files in the run's state folder; each event carries the
+"""A run's log as events with byte offsets (docs/developers/design.md,
+"Logs"): stdout and stderr are separate files in the run's state folder; each event carries the
 offset of its first byte in its file, so a client that reconnects with the
 offsets it has loses nothing and gets nothing twice.
 

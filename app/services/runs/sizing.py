@@ -50,7 +50,7 @@ def sized_under_lock(org: Org, req: RunRequest, sizing: Sizing) -> Sizing:
 def _time_limit(org: Org, max_spend: int | None, rate: int,
                 max_time: int | None) -> tuple[int | None, str | None]:
     """Slurm's --time: what the spend limit buys, capped by what the org's
-    monthly limit has left (DESIGN.md "Money") and by the partition's
+    monthly limit has left (docs/developers/design.md, "Money") and by the partition's
     MaxTime, and which of them set it ("spend", "org", "maxtime")."""
     minutes, by = _money_limit(org, max_spend, rate)
     if max_time is not None and (minutes is None or max_time < minutes):
