@@ -25,11 +25,14 @@ def _wait_for(predicate, timeout=60):
 
 @pytest.mark.cluster_wide   # holds every L40S
 def test_a_queued_run_says_why_it_waits_on_a_terminal_only(stack, project):
-    # Every L40S of the four nodes held.
+    # Every L40S of the four nodes held, until the test stops it. It starts
+    # once the nodes are all free: the tests before (a node restarted, jobs
+    # still completing) may keep one busy a while.
     hold = stack.div("run", "--gpu", "l40s", "--gpus", "32", "-d", "--no-upload", "--name",
-                     "holds-l40s", "--", "sleep 30", cwd=project)
+                     "holds-l40s", "--", "sleep 300", cwd=project)
     assert hold.returncode == 0, hold.stderr
-    assert stack.wait_for_status("holds-l40s", "running")["status"] == "running"
+    held = stack.wait_for_status("holds-l40s", "running", timeout=180)
+    assert held["status"] == "running", held["waiting"]
 
     # On a terminal: the reason, rewritten in place on stderr.
     controller, terminal = pty.openpty()
