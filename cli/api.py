@@ -14,8 +14,8 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
-from typing import BinaryIO, NamedTuple
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, BinaryIO, NamedTuple, Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
 from divergent.cli.net import proxy_for, tls_context
@@ -68,7 +68,7 @@ class ApiClient:
     def _new_connection(self) -> http.client.HTTPConnection:
         """To the API, or through a proxy (a CONNECT tunnel), TLS verified."""
         # http.client sends a file body 8 KB a syscall by default.
-        options = {"timeout": self._timeout, "blocksize": CHUNK}
+        options: dict[str, Any] = {"timeout": self._timeout, "blocksize": CHUNK}
         try:
             if self._https:
                 options["context"] = tls_context()
@@ -82,7 +82,8 @@ class ApiClient:
         conn.set_tunnel(self._host, self._port)
         return conn
 
-    def _send(self, method: str, path: str, params: dict | None, body, headers: dict,
+    def _send(self, method: str, path: str, params: Mapping[str, object] | None,
+              body: bytes | LocalBody | None, headers: dict[str, str],
               fresh: bool) -> http.client.HTTPResponse:
         """One request; a kept-alive connection the server has since closed
         is replaced once (one connection per thread: uploads run in parallel)."""
@@ -116,8 +117,9 @@ class ApiClient:
                 raise ApiUnreachable(f"cannot reach the API at {self.url}: {_reason(exc)}") from None
         raise AssertionError("unreachable")
 
-    def _request(self, method: str, path: str, params: dict | None = None, body=None,
-                 headers: dict | None = None, stream: bool = False) -> http.client.HTTPResponse:
+    def _request(self, method: str, path: str, params: Mapping[str, object] | None = None,
+                 body: bytes | LocalBody | None = None, headers: dict[str, str] | None = None,
+                 stream: bool = False) -> http.client.HTTPResponse:
         response = self._send(method, path, params, body, headers or {}, fresh=stream)
         if response.status < 400:
             return response
@@ -133,56 +135,62 @@ class ApiClient:
             message = f"the API answered {response.status} {response.reason}"
         raise ApiError(response.status, message)
 
-    def _json(self, response: http.client.HTTPResponse) -> dict:
+    def _json(self, response: http.client.HTTPResponse) -> dict[str, Any]:
         try:
-            return json.loads(response.read())
+            answer: dict[str, Any] = json.loads(response.read())    # every answer is an object
+            return answer
         except (OSError, http.client.HTTPException) as exc:
             raise ApiUnreachable(f"lost the API at {self.url}: {_reason(exc)}") from None
 
-    def get(self, path: str, params: dict | None = None) -> dict:
+    def get(self, path: str, params: Mapping[str, object] | None = None) -> dict[str, Any]:
         return self._json(self._request("GET", path, params=params))
 
-    def _send_json(self, method: str, path: str, body: dict | None,
-                   headers: dict | None = None) -> dict:
+    def _send_json(self, method: str, path: str, body: Mapping[str, object] | None,
+                   headers: dict[str, str] | None = None) -> dict[str, Any]:
         return self._json(self._request(method, path, body=json.dumps(body or {}).encode(),
                                         headers={"Content-Type": "application/json",
                                                  **(headers or {})}))
 
-    def post(self, path: str, body: dict | None = None, headers: dict | None = None) -> dict:
+    def post(self, path: str, body: Mapping[str, object] | None = None,
+             headers: dict[str, str] | None = None) -> dict[str, Any]:
         return self._send_json("POST", path, body, headers)
 
-    def put_json(self, path: str, body: dict) -> dict:
+    def put_json(self, path: str, body: Mapping[str, object]) -> dict[str, Any]:
         return self._send_json("PUT", path, body)
 
-    def delete(self, path: str, params: dict | None = None) -> dict:
+    def delete(self, path: str, params: Mapping[str, object] | None = None) -> dict[str, Any]:
         return self._json(self._request("DELETE", path, params=params))
 
-    def _transfer(self, method: str, path: str, **kwargs) -> http.client.HTTPResponse:
+    def _transfer(self, method: str, path: str, params: Mapping[str, object] | None = None,
+                  body: bytes | LocalBody | None = None,
+                  headers: dict[str, str] | None = None) -> http.client.HTTPResponse:
         """A request that moves a file (each may be sent again whole), tried
         again while the server has no slot for it (app/services/site/request_slots.py)."""
         waited_since = time.monotonic()
         while True:
             try:
-                return self._request(method, path, **kwargs)
+                return self._request(method, path, params=params, body=body, headers=headers)
             except (ApiError, ApiDropped) as exc:
                 busy = isinstance(exc, ApiDropped) or exc.status in BUSY
                 if not busy or time.monotonic() - waited_since > BUSY_SECONDS:
                     raise
             time.sleep(1 + random.random() * 2)
 
-    def put_file(self, path: str, file_path: str, size: int, params: dict | None = None,
-                 headers: dict | None = None) -> None:
+    def put_file(self, path: str, file_path: str, size: int,
+                 params: Mapping[str, object] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size),
                    **(headers or {})}
         with open(file_path, "rb") as f:
             self._json(self._transfer("PUT", path, params=params, body=LocalBody(f, size),
                                       headers=headers))
 
-    def post_bytes(self, path: str, data: bytes, content_type: str) -> dict:
+    def post_bytes(self, path: str, data: bytes, content_type: str) -> dict[str, Any]:
         return self._json(self._transfer("POST", path, body=data,
                                          headers={"Content-Type": content_type}))
 
-    def download(self, path: str, params: dict, out, offset: int, progress) -> tuple[str, int]:
+    def download(self, path: str, params: Mapping[str, object], out: Sink, offset: int,
+                 progress: Callable[[int], None]) -> tuple[str, int]:
         """Appends the file's bytes from `offset` to `out` (a Range request),
         calling progress(n) as they arrive; returns the whole file's sha256
         and length as the server gave them, for the caller to check: an
@@ -206,7 +214,7 @@ class ApiClient:
             raise ApiUnreachable(f"lost the API at {self.url}: {_reason(exc)}") from None
         return response.getheader("X-Div-Sha256", ""), length
 
-    def events(self, path: str, params: dict) -> Iterator[dict]:
+    def events(self, path: str, params: Mapping[str, object]) -> Iterator[dict[str, Any]]:
         """An NDJSON stream, one event a line, on a connection of its own.
         Raises ApiUnreachable when it drops, so the caller can resume from
         its offsets."""
@@ -221,6 +229,16 @@ class ApiClient:
             response.close()
 
 
+class Sink(Protocol):
+    """Where download() writes: a file, or one that hashes what it is given."""
+
+    def write(self, data: memoryview, /) -> object: ...
+
+    def seek(self, offset: int, /) -> object: ...
+
+    def truncate(self) -> object: ...
+
+
 class LocalBody(NamedTuple):
     """A request body that is a local file, `size` bytes of it."""
     file: BinaryIO
@@ -228,7 +246,7 @@ class LocalBody(NamedTuple):
 
 
 def _send_file_body(conn: http.client.HTTPConnection, method: str, target: str,
-                    headers: dict, body: LocalBody) -> None:
+                    headers: dict[str, str], body: LocalBody) -> None:
     """The headers, then the file from its start (a resend too): by
     sendfile(2), the kernel moving its pages to the socket without a copy
     through Python; over TLS, which sendfile cannot encrypt, CHUNK at a

@@ -12,8 +12,9 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from divergent.cli.api import ApiError, ApiUnreachable
+from divergent.cli.api import ApiClient, ApiError, ApiUnreachable
 from divergent.terms import (
     CORES_PER_UNIT,
     CPU,
@@ -71,7 +72,7 @@ def shape_of(answer: object) -> Shape | None:
     return Shape(types)
 
 
-def cluster_shape(api, gpu_type: str | None = None) -> Shape:
+def cluster_shape(api: ApiClient, gpu_type: str | None = None) -> Shape:
     """The catalog, from the cache while it is young and knows `gpu_type`:
     a type the site began to sell within the minute is asked for, never
     refused on the cache's word."""
@@ -99,7 +100,7 @@ def _cache_path(api_url: str) -> Path:
     return Path(base) / "div" / f"catalog-{hashlib.sha256(api_url.encode()).hexdigest()[:16]}.json"
 
 
-def _keep(path: Path, answer: dict) -> None:
+def _keep(path: Path, answer: dict[str, Any]) -> None:
     """Written whole under another name, then renamed: a `div` starting
     meanwhile reads the old answer or the new, never half of one."""
     try:

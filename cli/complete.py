@@ -3,6 +3,8 @@
 every Tab, so without a key or a server it offers nothing."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import click
 from click.shell_completion import CompletionItem
 
@@ -13,7 +15,8 @@ from divergent.cli.config import resolve
 TIMEOUT = 3
 
 
-def _names(path: str, key: str, field: str, typed: str, params: dict | None = None):
+def _names(path: str, key: str, field: str, typed: str,
+           params: Mapping[str, object] | None = None) -> list[CompletionItem]:
     try:
         # The configured server only: a --api-url typed (or pasted) on the
         # line being completed never gets the stored key on a Tab.
@@ -24,10 +27,10 @@ def _names(path: str, key: str, field: str, typed: str, params: dict | None = No
     return [CompletionItem(item[field]) for item in items if item[field].startswith(typed)]
 
 
-def run_names(ctx, param, typed: str):
+def run_names(ctx: click.Context, param: click.Parameter, typed: str) -> list[CompletionItem]:
     """The org's 100 newest runs."""
     return _names("/runs", "runs", "name", typed, {"limit": 100})
 
 
-def volume_names(ctx, param, typed: str):
+def volume_names(ctx: click.Context, param: click.Parameter, typed: str) -> list[CompletionItem]:
     return _names("/volumes", "volumes", "name", typed)

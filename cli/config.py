@@ -8,6 +8,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -27,7 +28,7 @@ def config_path() -> Path:
     return Path(base) / "div" / "config.toml"
 
 
-def read_file() -> dict:
+def read_file() -> dict[str, Any]:
     path = config_path()
     try:
         with open(path, "rb") as f:
@@ -51,7 +52,7 @@ def write_file(api_url: str, token: str) -> Path:
 
 def resolve(token: str | None, api_url: str | None) -> Settings:
     """Flag > environment > file; exit 2 when either is missing."""
-    stored = {}
+    stored: dict[str, Any] = {}
     if not (token or os.environ.get("DIV_TOKEN")) or not (api_url or os.environ.get("DIV_API_URL")):
         stored = read_file()
     token = token or os.environ.get("DIV_TOKEN") or stored.get("token")

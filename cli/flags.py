@@ -117,7 +117,7 @@ def parse_secret_name(name: str, flag: str = "--secret") -> str:
     return name
 
 
-def parse_check(text: str) -> dict:
+def parse_check(text: str) -> dict[str, object]:
     """`<path><operator><value>`, as the docs' Check syntax."""
     match = CHECK.fullmatch(text.strip())
     if not match:

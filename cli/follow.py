@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import sys
 import time
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar, overload
 
 import click
 
@@ -18,6 +20,8 @@ BUSY = (429, 503)
 
 # How long to keep trying when the API goes away mid-run (a server restart).
 RECONNECT_SECONDS = 300
+
+T = TypeVar("T")
 
 
 class WaitingLine:
@@ -57,7 +61,7 @@ class LogWriter:
         self.one_screen = stdout_free or (sys.stdout.isatty() and sys.stderr.isatty())
         self.last_on_screen = b"\n"
 
-    def write(self, event: dict) -> None:
+    def write(self, event: dict[str, Any]) -> None:
         stream = event["stream"]
         data = base64.b64decode(event["b64"]) if "b64" in event else event["data"].encode("utf-8")
         # Where the chunk ends in the run's file: "next" when a masked secret
@@ -81,8 +85,19 @@ class LogWriter:
             self.files["stderr"].write(b"\n")
 
 
+# Followed to its end, a run's log ends with the end event, never None.
+@overload
+def follow(api: ApiClient, name: str, follow_to_end: Literal[True] = True,
+           tail: int | None = None, stdout_free: bool = False) -> dict[str, Any]: ...
+
+
+@overload
 def follow(api: ApiClient, name: str, follow_to_end: bool = True,
-           tail: int | None = None, stdout_free: bool = False) -> dict | None:
+           tail: int | None = None, stdout_free: bool = False) -> dict[str, Any] | None: ...
+
+
+def follow(api: ApiClient, name: str, follow_to_end: bool = True,
+           tail: int | None = None, stdout_free: bool = False) -> dict[str, Any] | None:
     """Writes the run's log and returns its end event ({"run", "summary"}),
     or None without `follow_to_end` (what is there now, then stop). With
     `tail`, each stream's last `tail` lines first; with `stdout_free`, all of
@@ -124,7 +139,7 @@ def follow(api: ApiClient, name: str, follow_to_end: bool = True,
             time.sleep(5 if isinstance(exc, ApiError) else 1)
 
 
-def through_restarts(call):
+def through_restarts(call: Callable[[], T]) -> T:
     """call(), tried again every second while the API is away (a server
     restart) for up to RECONNECT_SECONDS."""
     lost_since = None

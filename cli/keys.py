@@ -3,9 +3,11 @@ to, and that user's API keys."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
+from divergent.cli.api import ApiClient
 from divergent.cli.context import pass_api
 from divergent.cli.output import print_json, started, table
 
@@ -13,7 +15,7 @@ from divergent.cli.output import print_json, started, table
 @click.command("whoami")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_api
-def whoami(api, as_json: bool) -> None:
+def whoami(api: ApiClient, as_json: bool) -> None:
     """Show the user, org and role of the key in use."""
     me = api.get("/whoami")
     if as_json:
@@ -31,7 +33,7 @@ def keys() -> None:
 @click.option("--expires-in", "days", type=click.IntRange(1, 3650), metavar="DAYS",
               help="The key stops working by itself after this many days.")
 @pass_api
-def keys_create(api, name: str, days: int | None) -> None:
+def keys_create(api: ApiClient, name: str, days: int | None) -> None:
     """Create a key. It is printed this once: keep it."""
     made = api.post("/keys", {"name": name, **({"expires_in_days": days} if days else {})})
     click.echo(made["key"])
@@ -43,7 +45,7 @@ def keys_create(api, name: str, days: int | None) -> None:
 @click.option("--all", "whole_org", is_flag=True, help="Every key of the org (org admins).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_api
-def keys_ls(api, whole_org: bool, as_json: bool) -> None:
+def keys_ls(api: ApiClient, whole_org: bool, as_json: bool) -> None:
     """List your keys: prefix, name, when made, last used, revoked."""
     rows = api.get("/keys", {"all": "1"} if whole_org else None)["keys"]
     if as_json:
@@ -54,7 +56,7 @@ def keys_ls(api, whole_org: bool, as_json: bool) -> None:
             _state(row)] for row in rows])
 
 
-def _state(row: dict) -> str:
+def _state(row: dict[str, Any]) -> str:
     if row["revoked_at"]:
         return "revoked"
     expires = row.get("expires_at")
@@ -67,7 +69,7 @@ def _state(row: dict) -> str:
 @keys.command("revoke")
 @click.argument("prefix", metavar="KEY_PREFIX")
 @pass_api
-def keys_revoke(api, prefix: str) -> None:
+def keys_revoke(api: ApiClient, prefix: str) -> None:
     """Revoke a key (its div_xxxxxxxxxxxx prefix, as `div keys ls` shows it):
     one of yours, or, for an org admin, any of the org's. It stops working
     at once."""

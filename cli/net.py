@@ -23,7 +23,10 @@ def proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
         return None
     import urllib.request
     proxy = urllib.request.getproxies_environment().get(scheme)
-    if not proxy or urllib.request.proxy_bypass_environment(host):
+    # Undocumented (urllib.request has it all the same), so typeshed lacks it.
+    if not proxy or urllib.request.proxy_bypass_environment(host):  # type: ignore[attr-defined]
         return None
     parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    if not parts.hostname:      # "http://:3128": said as a bad port is, not a TypeError later
+        raise ValueError(f"no host in the proxy URL {proxy!r}")
     return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from divergent.cli.api import ApiClient
 from divergent.cli.context import pass_api
 from divergent.cli.output import print_json, started, table
 
@@ -24,7 +25,7 @@ def notify() -> None:
               help=f"Which ends, comma-separated, of: {EVENTS} (every end).")
 @click.option("--schedule", metavar="NAME", help="Only the runs this schedule starts.")
 @pass_api
-def notify_add(api, webhook: str | None, email: str | None, events: str,
+def notify_add(api: ApiClient, webhook: str | None, email: str | None, events: str,
                schedule: str | None) -> None:
     """Add a channel: a message for each run of the org (or of one schedule)
     that ends one of these ways.
@@ -45,7 +46,7 @@ def notify_add(api, webhook: str | None, email: str | None, events: str,
 @notify.command("ls")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_api
-def notify_ls(api, as_json: bool) -> None:
+def notify_ls(api: ApiClient, as_json: bool) -> None:
     """List the org's channels, with each one's last delivery and error."""
     rows = api.get("/notifications")["channels"]
     if as_json:
@@ -60,7 +61,7 @@ def notify_ls(api, as_json: bool) -> None:
 @notify.command("rm")
 @click.argument("channel_id", metavar="ID", type=int)
 @pass_api
-def notify_rm(api, channel_id: int) -> None:
+def notify_rm(api: ApiClient, channel_id: int) -> None:
     """Remove a channel; its undelivered messages go with it."""
     api.delete(f"/notifications/{channel_id}")
     click.echo(f"channel {channel_id} removed", err=True)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
 import click
 
 from divergent.terms import shown
 
 
-def exit_code_for(run: dict) -> int:
+def exit_code_for(run: dict[str, Any]) -> int:
     """0 for success; the run's own code when it ended with one; 1 when it
     stopped without one (spend limit, usage limit, canceled)."""
     if run["status"] == "succeeded":
@@ -26,7 +27,7 @@ def count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def print_json(value) -> None:
+def print_json(value: object) -> None:
     click.echo(json.dumps(value, indent=2))
 
 

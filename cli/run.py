@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -45,11 +46,11 @@ class RunCommand(click.Command):
     """Remembers whether the words came after `--`, which click swallows:
     `div run -- train.py` runs `train.py` as it is, not as an entrypoint."""
 
-    def parse_args(self, ctx, args):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta["after_dashes"] = "--" in args
         return super().parse_args(ctx, args)
 
-    def format_help(self, ctx, formatter):
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """--gpu lists the site's catalog when the API answers (the docs'
         table when it does not, or no API is set)."""
         gpu = next(param for param in self.params if param.name == "gpu")
@@ -65,8 +66,9 @@ def catalog_for_help() -> Shape:
         return FALLBACK
 
 
-def _callback(parse, *extra):
-    def callback(ctx, param, value):
+def _callback(parse: Callable[..., object],
+              *extra: str) -> Callable[[click.Context, click.Parameter, object], object]:
+    def callback(ctx: click.Context, param: click.Parameter, value: object) -> object:
         if value is None or value == ():
             return value
         return parse(value, *extra)
@@ -124,7 +126,7 @@ def _callback(parse, *extra):
               help="Print the run as JSON when it ends (with --detach, when it starts); "
                    "stdout then holds the JSON alone, and the run's stdout goes to stderr.")
 @pass_api
-def run(api, detach: bool, as_json: bool, **flags):
+def run(api: ApiClient, detach: bool, as_json: bool, **flags: object) -> None:
     """Start a run with this folder's code and stream its log until it ends.
 
     \b
@@ -140,7 +142,7 @@ def run(api, detach: bool, as_json: bool, **flags):
         follow_started(api, start(api, "/runs", body), detach, as_json)
 
 
-def follow_started(api, created: dict, detach: bool, as_json: bool) -> None:
+def follow_started(api: ApiClient, created: dict[str, Any], detach: bool, as_json: bool) -> None:
     """The header, then (unless detached) the log to its end, the last line,
     and the exit code the docs' table gives; Ctrl-C detaches."""
     started = created["run"]
@@ -170,7 +172,7 @@ def follow_started(api, created: dict, detach: bool, as_json: bool) -> None:
     sys.exit(exit_code_for(end["run"]))
 
 
-def start(api, path: str, body: dict) -> dict:
+def start(api: ApiClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
     """POST /runs (or /transfers), tried again with the same Idempotency-Key
     while the API is away (a server restart) for up to RECONNECT_SECONDS: an
     answer lost on the way back gets the run it made, never a second run."""
@@ -178,7 +180,7 @@ def start(api, path: str, body: dict) -> dict:
     return through_restarts(lambda: api.post(path, body, headers={"Idempotency-Key": key}))
 
 
-def check_first(api, path: str, body: dict) -> None:
+def check_first(api: ApiClient, path: str, body: dict[str, Any]) -> None:
     """The server's check of the whole request, before anything is uploaded:
     what it refuses (a secret that does not exist, GPUs no partition has, a
     name in use) is bad input, exit 2, as a bad flag is; what it notes (an
@@ -193,8 +195,8 @@ def check_first(api, path: str, body: dict) -> None:
         click.echo(f"note: {note}", err=True)
 
 
-def run_request(api, params: dict, after_dashes: bool,
-                check: Callable[[dict], None]) -> dict:
+def run_request(api: ApiClient, params: dict[str, Any], after_dashes: bool,
+                check: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     """The request for POST /runs from `div run`'s parsed flags, checked by
     `check` and then the code uploaded (unless --no-upload). `div schedule
     create` uses it too."""

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import sys
 import webbrowser
+from typing import Any
 
 import click
 
-from divergent.cli.api import ApiError, ApiUnreachable
+from divergent.cli.api import ApiClient, ApiError, ApiUnreachable
 from divergent.cli.complete import run_names
 from divergent.cli.context import pass_api
 from divergent.cli.follow import follow
@@ -26,7 +27,7 @@ STATUSES = ("queued", "running", "succeeded", "failed", "canceled", "budget_exce
               help="How many runs, newest first.")
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
 @pass_api
-def ls(api, project: str | None, status: str | None, username: str | None, mine: bool,
+def ls(api: ApiClient, project: str | None, status: str | None, username: str | None, mine: bool,
        limit: int, as_json: bool) -> None:
     """List recent runs: name, project, user, status, GPUs, started, duration,
     cost, and the sweep (with its values) a run is a member of."""
@@ -51,7 +52,7 @@ def ls(api, project: str | None, status: str | None, username: str | None, mine:
           rows)
 
 
-def _sweep_cell(run: dict) -> str:
+def _sweep_cell(run: dict[str, Any]) -> str:
     """A sweep's member: its sweep and values (`div sweep NAME` shows them all)."""
     if not run.get("sweep"):
         return "-"
@@ -66,7 +67,7 @@ def _sweep_cell(run: dict) -> str:
 @click.option("-n", "--tail", type=click.IntRange(min=1), metavar="N",
               help="Only the last N lines of each stream (then follow, with -f).")
 @pass_api
-def logs(api, run: str, follow_log: bool, tail: int | None) -> None:
+def logs(api: ApiClient, run: str, follow_log: bool, tail: int | None) -> None:
     """Print a run's stdout and stderr, each to its own."""
     try:
         end = follow(api, run, follow_to_end=follow_log, tail=tail)
@@ -83,7 +84,7 @@ def logs(api, run: str, follow_log: bool, tail: int | None) -> None:
 @click.command("stop")
 @click.argument("runs", nargs=-1, required=True, metavar="RUN...", shell_complete=run_names)
 @pass_api
-def stop(api, runs: tuple[str, ...]) -> None:
+def stop(api: ApiClient, runs: tuple[str, ...]) -> None:
     """Stop runs; each ends canceled. Every run is asked even when one of
     them cannot be: exit 1 if any could not."""
     failed = False
@@ -104,7 +105,7 @@ def stop(api, runs: tuple[str, ...]) -> None:
 @click.command("open")
 @click.argument("run", shell_complete=run_names)
 @pass_api
-def open_(api, run: str) -> None:
+def open_(api: ApiClient, run: str) -> None:
     """Open the run's page in the dashboard (and print its address)."""
     url = api.page_url(f"/runs/{api.get(f'/runs/{run}')['run']['name']}")
     click.echo(url)
@@ -118,7 +119,7 @@ def open_(api, run: str) -> None:
 @click.option("--json", "as_json", is_flag=True,
               help="Print the new run as JSON when it ends (with --detach, when it starts).")
 @pass_api
-def rerun(api, run: str, detach: bool, as_json: bool) -> None:
+def rerun(api: ApiClient, run: str, detach: bool, as_json: bool) -> None:
     """Start a new run of what RUN ran: the same code (as uploaded then),
     command, image, hardware, env, secrets, checks, telemetry, mounts and
     spend limit; then follow it as `div run` does."""

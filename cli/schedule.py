@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from divergent.cli.api import ApiClient
 from divergent.cli.context import pass_api
 from divergent.cli.flags import parse_name
 from divergent.cli.output import print_json, table
@@ -28,7 +29,7 @@ def schedule() -> None:
               help="The schedule's name.  [default: generated]")
 @click.argument("run_args", nargs=-1, type=click.UNPROCESSED, metavar="-- <div run flags and entrypoint>")
 @pass_api
-def schedule_create(api, cron: str, tz: str, name: str | None,
+def schedule_create(api: ApiClient, cron: str, tz: str, name: str | None,
                     run_args: tuple[str, ...]) -> None:
     """Start a run like `div run` would, at every time the cron expression
     names. The code is uploaded now: each run gets this folder as it is
@@ -55,7 +56,7 @@ def schedule_create(api, cron: str, tz: str, name: str | None,
 @schedule.command("ls")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_api
-def schedule_ls(api, as_json: bool) -> None:
+def schedule_ls(api: ApiClient, as_json: bool) -> None:
     """List the org's schedules: when they run, what, and how the last went."""
     rows = api.get("/schedules")["schedules"]
     if as_json:
@@ -70,7 +71,7 @@ def schedule_ls(api, as_json: bool) -> None:
             row["command"] + _sweep_text(row["sweep"])] for row in rows])
 
 
-def _sweep_text(sweep: dict | None) -> str:
+def _sweep_text(sweep: dict[str, list[str]] | None) -> str:
     """A schedule's sweep, after its command: " (a sweep of LR (2) x BS (2))"."""
     if not sweep:
         return ""
@@ -81,7 +82,7 @@ def _sweep_text(sweep: dict | None) -> str:
 @schedule.command("rm")
 @click.argument("name")
 @pass_api
-def schedule_rm(api, name: str) -> None:
+def schedule_rm(api: ApiClient, name: str) -> None:
     """Delete a schedule. Runs it already started go on."""
     api.delete(f"/schedules/{name}")
     click.echo(f"schedule {name} deleted", err=True)

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from divergent.cli.api import ApiClient
 from divergent.cli.context import pass_api
 from divergent.cli.flags import parse_secret_name
 from divergent.cli.output import print_json, started, table
@@ -20,7 +21,7 @@ def secrets() -> None:
 @secrets.command("set")
 @click.argument("name", callback=lambda ctx, param, value: parse_secret_name(value, "NAME"))
 @pass_api
-def secrets_set(api, name: str) -> None:
+def secrets_set(api: ApiClient, name: str) -> None:
     """Set NAME's value (asked for without echo, or read from stdin).
 
     \b
@@ -42,7 +43,7 @@ def secrets_set(api, name: str) -> None:
 @secrets.command("ls")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_api
-def secrets_ls(api, as_json: bool) -> None:
+def secrets_ls(api: ApiClient, as_json: bool) -> None:
     """List the org's secrets: names, who set them, when (never values)."""
     rows = api.get("/secrets")["secrets"]
     if as_json:
@@ -54,7 +55,7 @@ def secrets_ls(api, as_json: bool) -> None:
 @secrets.command("rm")
 @click.argument("name", callback=lambda ctx, param, value: parse_secret_name(value, "NAME"))
 @pass_api
-def secrets_rm(api, name: str) -> None:
+def secrets_rm(api: ApiClient, name: str) -> None:
     """Delete a secret. Runs already started keep the value they were given."""
     api.delete(f"/secrets/{name}")
     click.echo(f"secret {name} deleted", err=True)

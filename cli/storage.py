@@ -9,9 +9,11 @@ import os
 import sys
 import tarfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Self, TypeVar
 
 import click
 
@@ -37,13 +39,15 @@ GROUP_FILES = 64
 # time (one per server worker) went as fast as four or eight, measured.
 BUNDLES_AT_ONCE = 2
 
+T = TypeVar("T")
+
 
 @click.group("storage")
 def storage() -> None:
     """Move files on and off the org's volumes, which runs see at /mnt/<volume>."""
 
 
-def _volume(ctx, param, value):
+def _volume(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """VOLUME, which comes before the path (LOCAL, for put): a path given
     first says so."""
     if value is not None and "/" in value:
@@ -54,10 +58,13 @@ def _volume(ctx, param, value):
     return None if value is None else parse_volume(value, hint="VOLUME")
 
 
-def _batches(items: list, size_of, max_bytes: int, max_items: int) -> list[list]:
+def _batches(items: list[T], size_of: Callable[[T], int], max_bytes: int,
+             max_items: int) -> list[list[T]]:
     """Consecutive items, as many a batch as fit in max_bytes and max_items
     (an item larger than max_bytes alone)."""
-    batches, current, size = [], [], 0
+    batches: list[list[T]] = []
+    current: list[T] = []
+    size = 0
     for item in items:
         if current and (size + size_of(item) > max_bytes or len(current) >= max_items):
             batches.append(current)
@@ -122,7 +129,7 @@ class Put:
 
     def __init__(self, api: ApiClient, volume: str, root: Path, base: str):
         self.api, self.volume, self.root, self.base = api, volume, root, base
-        self.progress: Progress | None = None    # once the total is known
+        self.progress: Progress     # set by put() once the total is known, before any send
         self.files = self.bytes = 0
         self._lock = threading.Lock()
 
@@ -138,7 +145,7 @@ class Put:
                 {"path": self.remote(f), "size": f.size, "sha256": f.sha256} for f in batch]})["send"])
         return [f for f in files if self.remote(f) in to_send]
 
-    def send_large(self, group: list[str], stats: dict) -> None:
+    def send_large(self, group: list[str], stats: dict[str, os.stat_result]) -> None:
         files = [hash_file(self.root, rel, stats[rel]) for rel in group]
         sending = self.plan(files)
         self.progress.drop(sum(f.size for f in files) - sum(f.size for f in sending))
@@ -197,7 +204,7 @@ def ls(api: ApiClient, volume: str | None, path: str, as_json: bool) -> None:
            for e in answer["entries"]])
 
 
-def _storage_line(storage: dict | None) -> None:
+def _storage_line(storage: dict[str, Any] | None) -> None:
     """The org's storage against its quota, on stderr: stdout stays the table."""
     if not storage:
         return
@@ -213,7 +220,8 @@ def _modified(mtime: float) -> str:
         return str(mtime)
 
 
-def _fetch(api: ApiClient, volume: str, entry: dict, local: Path, progress: Progress) -> bool:
+def _fetch(api: ApiClient, volume: str, entry: dict[str, Any], local: Path,
+           progress: Progress) -> bool:
     """Downloads one file unless it is already complete; resumes a partial
     one (local.div-part). Returns whether bytes were fetched. The bytes are
     hashed as they are written, so the check costs no second read."""
@@ -256,7 +264,7 @@ class HashingWriter:
                 while chunk := held.read(1 << 20):
                     self._digest.update(chunk)
 
-    def write(self, data) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self._digest.update(data)
         self._file.write(data)
 
@@ -272,10 +280,10 @@ class HashingWriter:
     def hexdigest(self) -> str:
         return self._digest.hexdigest()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._file.close()
 
 
@@ -306,17 +314,19 @@ def get(api: ApiClient, volume: str, path: str, dest: str | None) -> None:
     top = answer["entry"]
     name = top["path"].rsplit("/", 1)[-1] or volume
     if top["type"] == "file":
-        into_folder = dest is not None and (dest.endswith("/") or Path(dest).is_dir())
-        dest = Path(dest) / name if into_folder else Path(dest or name)
-        jobs = [(answer["entries"][0], dest)]
+        if dest is not None and (dest.endswith("/") or Path(dest).is_dir()):    # into a folder
+            target = Path(dest) / name
+        else:
+            target = Path(dest or name)
+        jobs = [(answer["entries"][0], target)]
     else:
-        dest = Path(dest or name)
+        target = Path(dest or name)
         prefix = top["path"] + "/" if top["path"] else ""
-        jobs = [(e, dest / e["path"][len(prefix):]) for e in answer["entries"]]
+        jobs = [(e, target / e["path"][len(prefix):]) for e in answer["entries"]]
     progress = Progress("get", sum(e["size"] for e, _ in jobs))
     failed: list[str] = []
 
-    def fetch(job) -> bool:
+    def fetch(job: tuple[dict[str, Any], Path]) -> bool:
         """One file; one that cannot be written here (a name this filesystem
         refuses, a full disk) is said and the others go on."""
         try:
@@ -332,7 +342,7 @@ def get(api: ApiClient, volume: str, path: str, dest: str | None) -> None:
             progress.close()
     total = sum(e["size"] for (e, _), got in zip(jobs, fetched, strict=True) if got)
     skipped = fetched.count(False)
-    click.echo(f"{count(fetched.count(True), 'file')}, {format_bytes(total)} → {shown(dest)}"
+    click.echo(f"{count(fetched.count(True), 'file')}, {format_bytes(total)} → {shown(target)}"
                + (f" ({skipped - len(failed)} already complete)" if skipped > len(failed) else ""),
                err=True)
     if failed:
@@ -365,7 +375,8 @@ def _is_folder(api: ApiClient, volume: str, path: str) -> bool:
     """Whether PATH is a folder; what is not there (or not allowed) is left
     for the delete to say."""
     try:
-        return api.get(f"/volumes/{volume}/ls", {"path": path})["entry"]["type"] != "file"
+        kind: str = api.get(f"/volumes/{volume}/ls", {"path": path})["entry"]["type"]
+        return kind != "file"
     except ApiError as exc:
         if exc.status in (400, 404):
             return False

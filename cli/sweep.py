@@ -3,11 +3,14 @@ each ends, a summary, and the exit code of the first member that failed
 (0 when every one succeeded); and `div sweep NAME` for one already started."""
 from __future__ import annotations
 
+import functools
 import sys
 import time
+from typing import Any
 
 import click
 
+from divergent.cli.api import ApiClient
 from divergent.cli.context import pass_api
 from divergent.cli.follow import through_restarts
 from divergent.cli.output import count, exit_code_for, print_json
@@ -16,7 +19,7 @@ from divergent.terms import shown
 POLL_SECONDS = 1.0
 
 
-def member_line(run: dict) -> str:
+def member_line(run: dict[str, Any]) -> str:
     values = shown(" ".join(f"{k}={v}" for k, v in (run["sweep_values"] or {}).items()))
     status = run["status"] + (f" (exit code {run['exit_code']})"
                               if run["status"] == "failed" and run["exit_code"] else "")
@@ -26,7 +29,7 @@ def member_line(run: dict) -> str:
     return f"{run['name']}  {values}  {status}{verdict}, ${run['cost']}"
 
 
-def summary_line(sweep: dict) -> str:
+def summary_line(sweep: dict[str, Any]) -> str:
     text = (f"sweep {sweep['name']}: {sweep['succeeded']} of {count(sweep['size'], 'run')} "
             f"succeeded")
     if sweep["with_checks"]:
@@ -36,7 +39,7 @@ def summary_line(sweep: dict) -> str:
     return text + f"; cost ${sweep['cost']}"
 
 
-def follow_sweep(api, sweep: dict, detach: bool, as_json: bool) -> None:
+def follow_sweep(api: ApiClient, sweep: dict[str, Any], detach: bool, as_json: bool) -> None:
     axes = " × ".join(f"{key} ({len(values)})" for key, values in sweep["axes"].items())
     click.echo(f"sweep {sweep['name']}: {count(sweep['size'], 'run')} over {axes}, "
                f"one Slurm job array ({sweep['slurm_job_id'] or 'submitting'})", err=True)
@@ -54,7 +57,7 @@ def follow_sweep(api, sweep: dict, detach: bool, as_json: bool) -> None:
             if sweep["ended"] == sweep["size"]:
                 break
             time.sleep(POLL_SECONDS)
-            sweep = through_restarts(lambda path=f"/sweeps/{sweep['name']}": api.get(path))["sweep"]
+            sweep = through_restarts(functools.partial(api.get, f"/sweeps/{sweep['name']}"))["sweep"]
     except KeyboardInterrupt:
         click.echo(f"\ndetached; {sweep['name']} goes on.\n"
                    f"  see it: div sweep {sweep['name']}", err=True)
@@ -65,7 +68,7 @@ def follow_sweep(api, sweep: dict, detach: bool, as_json: bool) -> None:
     sys.exit(sweep_exit_code(sweep))
 
 
-def sweep_exit_code(sweep: dict) -> int:
+def sweep_exit_code(sweep: dict[str, Any]) -> int:
     """0 when every member succeeded, else the first failing member's code."""
     failing = [run for run in sweep["runs"] if run["status"] != "succeeded"]
     return exit_code_for(failing[0]) if failing else 0
@@ -75,7 +78,7 @@ def sweep_exit_code(sweep: dict) -> int:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep as JSON.")
 @pass_api
-def sweep(api, name: str, as_json: bool) -> None:
+def sweep(api: ApiClient, name: str, as_json: bool) -> None:
     """Show a sweep: one line a member run (its values, status, checks and
     cost) and the summary. Once every member has ended it exits as `div run
     --sweep` would; before, 0."""

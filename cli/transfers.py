@@ -4,13 +4,18 @@ through this machine or the API), followed as `div run` follows a run:
 its progress in the log, the last line, exit 0 when everything moved."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
+from typing import Any, TypeVar
 
 import click
 
+from divergent.cli.api import ApiClient
 from divergent.cli.context import pass_api
 from divergent.cli.flags import parse_s3_url, parse_usd, parse_volume
 from divergent.cli.run import check_first, follow_started, start
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 FOLLOW_OPTIONS = (
     click.option("--max-spend", metavar="USD",
@@ -24,13 +29,13 @@ FOLLOW_OPTIONS = (
 )
 
 
-def _follow_options(command):
+def _follow_options(command: F) -> F:
     for option in reversed(FOLLOW_OPTIONS):
         command = option(command)
     return command
 
 
-def _volume_path(ctx, param, value: str) -> tuple[str, str]:
+def _volume_path(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, str]:
     """VOLUME[/PATH] as (volume, path)."""
     volume, _, path = value.partition("/")
     try:
@@ -39,11 +44,11 @@ def _volume_path(ctx, param, value: str) -> tuple[str, str]:
         raise click.BadParameter(exc.message) from None
 
 
-def _s3(ctx, param, value: str) -> str:
+def _s3(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return parse_s3_url(value)
 
 
-def _transfer(api, direction: str, volume: str, path: str, url: str, max_spend: int | None,
+def _transfer(api: ApiClient, direction: str, volume: str, path: str, url: str, max_spend: int | None,
               detach: bool, as_json: bool) -> None:
     body = {"direction": direction, "volume": volume, "path": path, "url": url,
             "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f")}
@@ -56,7 +61,8 @@ def _transfer(api, direction: str, volume: str, path: str, url: str, max_spend: 
 @click.argument("source", metavar="s3://BUCKET/PREFIX", callback=_s3)
 @_follow_options
 @pass_api
-def import_(api, destination: tuple[str, str], source: str, max_spend, detach, as_json) -> None:
+def import_(api: ApiClient, destination: tuple[str, str], source: str, max_spend: int | None,
+            detach: bool, as_json: bool) -> None:
     """Copy the objects below PREFIX (or the one object PREFIX names) into
     VOLUME, under PATH, keeping their names below PREFIX; only what is
     missing or changed moves, nothing is deleted. Makes the volume.
@@ -80,7 +86,8 @@ def import_(api, destination: tuple[str, str], source: str, max_spend, detach, a
 @click.argument("destination", metavar="s3://BUCKET/PREFIX", callback=_s3)
 @_follow_options
 @pass_api
-def export(api, source: tuple[str, str], destination: str, max_spend, detach, as_json) -> None:
+def export(api: ApiClient, source: tuple[str, str], destination: str, max_spend: int | None,
+           detach: bool, as_json: bool) -> None:
     """Copy the files below PATH in VOLUME (a folder, one file, or without
     PATH the whole volume) to the bucket under PREFIX; only what is missing
     or changed (by size and ETag) moves, nothing is deleted. Links in the

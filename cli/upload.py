@@ -12,6 +12,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -37,7 +38,7 @@ class LocalFile:
     size: int
     executable: bool
 
-    def manifest_entry(self) -> dict:
+    def manifest_entry(self) -> dict[str, object]:
         return {"path": self.path, "sha256": self.sha256, "size": self.size,
                 "executable": self.executable}
 
@@ -135,7 +136,7 @@ def hash_file(root: Path, rel: str, st: os.stat_result) -> LocalFile:
     return LocalFile(rel, path, file_sha256(path), st.st_size, bool(st.st_mode & 0o111))
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: str | Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
@@ -158,7 +159,7 @@ def stat_files(root: Path, paths: list[str]) -> dict[str, os.stat_result]:
     return {rel: os.stat(os.path.join(root, rel)) for rel in paths}
 
 
-def upload(api: ApiClient, volume: str, files: list[LocalFile]) -> dict:
+def upload(api: ApiClient, volume: str, files: list[LocalFile]) -> dict[str, Any]:
     """Sends what the server lacks and returns the laid-out tree (ref, files,
     bytes). Unchanged code costs one request and no bytes."""
     manifest = {"volume": volume, "files": [f.manifest_entry() for f in files]}

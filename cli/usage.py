@@ -5,11 +5,12 @@ import re
 
 import click
 
+from divergent.cli.api import ApiClient
 from divergent.cli.context import pass_api
 from divergent.cli.output import dollars, print_json, table
 
 
-def _month(ctx, param, value: str | None) -> str | None:
+def _month(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A bad month is a bad flag (exit 2), said before the API is asked."""
     match = re.fullmatch(r"(\d{4})-(\d{2})", value) if value is not None else None
     if value is not None and not (match and 1 <= int(match.group(1)) <= 9998
@@ -22,7 +23,7 @@ def _month(ctx, param, value: str | None) -> str | None:
 @click.option("--month", metavar="YYYY-MM", callback=_month, help="Another month than this one.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_api
-def usage(api, month: str | None, as_json: bool) -> None:
+def usage(api: ApiClient, month: str | None, as_json: bool) -> None:
     """Show the org's spend this month by project, GPU type and user, and its limit."""
     report = api.get("/usage", {"month": month} if month else None)
     if as_json:

@@ -418,12 +418,13 @@ class Transfer:
         name = f"{os.environ.get('SLURM_JOB_ID', os.getpid())}-{secrets.token_hex(6)}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            fd = os.open(name, flags, 0o644,
-                         dir_fd=self.partial if self.partial is not None else self.open_partial())
+            folder = self.partial if self.partial is not None else self.open_partial()
+            fd = os.open(name, flags, 0o644, dir_fd=folder)
         except FileNotFoundError:           # removed by a transfer that ended
-            fd = os.open(name, flags, 0o644, dir_fd=self.open_partial())
+            folder = self.open_partial()
+            fd = os.open(name, flags, 0o644, dir_fd=folder)
         fcntl.flock(fd, fcntl.LOCK_EX)      # while this process lives (_sweep_partials)
-        temp = PartialFile(name, fd, self.partial)
+        temp = PartialFile(name, fd, folder)
         self.partials.add(temp)
         return temp
 
@@ -590,7 +591,7 @@ class Clashes:
     come, never for every key. (A file or folder already in the volume in
     the way is met when the key is placed.)"""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.files: list[str] = []
 
     def check(self, rel: str) -> None:

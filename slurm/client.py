@@ -20,7 +20,7 @@ from divergent.slurm.records import (
     parse_squeue,
     slurm_minutes,
 )
-from divergent.slurm.transport import CommandResult, LocalTransport, TransportError
+from divergent.slurm.transport import CommandResult, LocalTransport, SlurmTransport, TransportError
 
 log = logging.getLogger("divergent.slurm")
 
@@ -76,7 +76,7 @@ def _slurm_message(result: CommandResult) -> str:
 
 
 class SlurmClient:
-    def __init__(self, transport=None):
+    def __init__(self, transport: SlurmTransport | None = None) -> None:
         self.transport = transport or LocalTransport()
 
     def _call(self, argv: list[str], stdin: str | None = None) -> CommandResult:

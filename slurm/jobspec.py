@@ -73,7 +73,7 @@ class GpuType:
     node_cores: int = NODE_CORES
     node_gib: int = NODE_GIB
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check(GPU_NAME, self.name, "GPU type name")
         for value, what in ((self.partition, "partition"), (self.constraint, "constraint"),
                             (self.qos, "QoS")):
@@ -81,11 +81,11 @@ class GpuType:
                 _check(SLURM_NAME, value, f"{what} of {self.name}")
         if self.gres is not None:
             _check(GRES, self.gres, f"GRES of {self.name} (gpu or gpu:TYPE)")
-        for value, what, top in ((self.per_node, "GPUs a node", 64), (self.cores, "cores", 512),
-                                 (self.memory_gib, "GiB", 8192),
-                                 (self.node_cores, "cores a node", 4096),
-                                 (self.node_gib, "GiB a node", 65536)):
-            if not isinstance(value, int) or not 1 <= value <= top:
+        for number, what, top in ((self.per_node, "GPUs a node", 64), (self.cores, "cores", 512),
+                                  (self.memory_gib, "GiB", 8192),
+                                  (self.node_cores, "cores a node", 4096),
+                                  (self.node_gib, "GiB a node", 65536)):
+            if not isinstance(number, int) or not 1 <= number <= top:
                 raise InvalidJobSpec(f"{self.name}: {what} must be 1 to {top}")
 
     @property
@@ -129,7 +129,7 @@ class SlurmSite:
     run_network: str = "isolated"
     org_nodes: str = "shared"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.qos is not None:
             _check(SLURM_NAME, self.qos, "QoS")
         if self.runtime not in RUNTIMES:
@@ -185,7 +185,7 @@ class JobSpec:
     after_jobs: tuple[str, ...] = ()
     array: tuple[ArrayMember, ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         validate(self)
 
     def hardware(self, site: SlurmSite) -> GpuType:
@@ -206,7 +206,7 @@ class JobSpec:
         return -(-total // self.nodes(site))
 
 
-def _check(pattern: re.Pattern, value: str, what: str) -> None:
+def _check(pattern: re.Pattern[str], value: str, what: str) -> None:
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise InvalidJobSpec(f"invalid {what}: {value!r}")
 

@@ -16,10 +16,13 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, TypeVar
 
 from divergent.slurm.client import SlurmClient, SlurmError, SlurmUnreachable, _job_id, _judged_sbatch
 from divergent.slurm.records import LIVE_STATES, JobRecord, accounted, plain_reason
-from divergent.slurm.transport import CommandResult, LocalTransport
+from divergent.slurm.transport import CommandResult, LocalTransport, SlurmTransport
 
 # How to get a pyslurm for this host's Slurm, for whoever reads the error.
 INSTALL_HINT = ("build it for this Slurm with `make pyslurm` (scripts/pyslurm-wheel), "
@@ -48,8 +51,10 @@ ENDING = {"COMPLETING", "STAGE_OUT"}
 # Those pyslurm takes as numbers (the rest it parses as sbatch does).
 NUMBERS = {"ntasks_per_node", "cpus_per_task", "time_limit"}
 
+T = TypeVar("T")
 
-def load_pyslurm():
+
+def load_pyslurm() -> ModuleType:
     """The pyslurm module; SlurmUnreachable saying what to do when there is
     none (or it was built for another Slurm and its library is gone)."""
     try:
@@ -64,11 +69,11 @@ def series(version: str) -> str:
     return f"{int(major)}.{int(minor)}"
 
 
-def submit_options(script: str) -> dict:
+def submit_options(script: str) -> dict[str, Any]:
     """JobSubmitDescription's attributes from a batch script's #SBATCH lines,
     read as sbatch reads them: up to the first line that is not a comment
     (a run's values further down can never be taken for a directive)."""
-    options: dict = {}
+    options: dict[str, Any] = {}
     for line in script.splitlines()[1:]:
         if not line.startswith("#SBATCH "):
             if line.strip() and not line.startswith("#"):
@@ -94,7 +99,7 @@ def submit_options(script: str) -> dict:
     return options
 
 
-def _warning(value: str) -> dict:
+def _warning(value: str) -> dict[str, int]:
     """--signal=USR1@45 as pyslurm takes it (it knows signals by their SIG
     names, sbatch without)."""
     name, _, lead = value.partition("@")
@@ -102,7 +107,7 @@ def _warning(value: str) -> dict:
     return {"signal": int(number), "time": int(lead or 60)}
 
 
-def sbatch_environment(options: dict) -> dict[str, str]:
+def sbatch_environment(options: dict[str, Any]) -> dict[str, str]:
     """What sbatch --export=NONE puts in a job's environment beyond the
     SLURM_* variables of its own (which pyslurm copies from this process's
     too): the script reads SLURM_CPUS_PER_TASK, and a run sees what it would
@@ -138,13 +143,14 @@ BUSY = ("Resource temporarily unavailable", "Unable to create job record, try ag
 RETRIES = 5
 
 
-def _submission_class(pyslurm):
-    class Submission(pyslurm.JobSubmitDescription):
+def _submission_class(pyslurm: ModuleType) -> type[Any]:
+    # A class of a module imported at run time, without stubs: mypy cannot know it.
+    class Submission(pyslurm.JobSubmitDescription):  # type: ignore[misc,name-defined]
         """pyslurm 22.5.3 reads --signal but never puts it in the job's
         description: without this a run would get no warning before its
         time limit."""
 
-        def _create_job_submit_desc(self, is_update=False):
+        def _create_job_submit_desc(self, is_update: bool = False) -> None:
             super()._create_job_submit_desc(is_update)
             self._set_signal()
     return Submission
@@ -154,7 +160,7 @@ class PyslurmClient(SlurmClient):
     # pyslurm's records key an array's members by their raw ids: sweeps go
     # through the sbatch client (`flask site`: transport local or ssh).
     submits_arrays = False
-    def __init__(self, transport=None):
+    def __init__(self, transport: SlurmTransport | None = None) -> None:
         super().__init__(transport or LocalTransport())
         self.pyslurm = load_pyslurm()
         try:
@@ -168,7 +174,7 @@ class PyslurmClient(SlurmClient):
         # one call at a time from this process's threads.
         self._lock = threading.Lock()
 
-    def _rpc(self, command: str, call):
+    def _rpc(self, command: str, call: Callable[[], T]) -> T:
         try:
             with self._lock:
                 return call()
@@ -281,7 +287,7 @@ class PyslurmClient(SlurmClient):
 
 
 
-def _gpus(gres: dict | None) -> dict[str, int]:
+def _gpus(gres: dict[str, int] | None) -> dict[str, int]:
     """{"gpu:h100": 2} or {"gpu": 2} as counts per type ("" untyped)."""
     counts: dict[str, int] = {}
     for name, count in (gres or {}).items():

@@ -156,7 +156,7 @@ def merge(live: dict[str, JobRecord], accounted: dict[str, JobRecord],
         final = accounted.get(job_id)
         if final is not None and final.name != record.name:
             # Another, older job under a reused id: nothing of this one's.
-            final = merged[job_id] = None
+            final = None
         if final is None:
             merged[job_id] = _accrued(record, now)
         elif final.finished and _started_again(record, final):
@@ -278,7 +278,8 @@ _TRES_GPU = re.compile(r"(?:^|,)gres/gpu(?::([^=,]+))?=(\d+)")
 def tres_gpus(text: str) -> dict[str, int]:
     """GPU counts per type from a TRES list: the typed counts where there are
     any (the untyped one is their sum), else the untyped count under ""."""
-    typed, untyped = {}, {}
+    typed: dict[str, int] = {}
+    untyped: dict[str, int] = {}
     for kind, count in _TRES_GPU.findall(text):
         (typed if kind else untyped)[kind] = int(count)
     return typed or {kind: n for kind, n in untyped.items() if n}

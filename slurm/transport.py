@@ -8,6 +8,7 @@ import shlex
 import subprocess
 import threading
 from dataclasses import dataclass
+from typing import Protocol
 
 import paramiko
 
@@ -21,6 +22,17 @@ class CommandResult:
 
 class TransportError(RuntimeError):
     """Slurm's commands could not be reached at all."""
+
+
+class SlurmTransport(Protocol):
+    """What SlurmClient runs Slurm's commands through: LocalTransport,
+    SSHTransport, or slurm/scripted.py's ScriptedTransport in tests."""
+
+    @property
+    def user(self) -> str: ...
+
+    def run(self, argv: list[str], stdin: str | None = None,
+            env: dict[str, str] | None = None) -> CommandResult: ...
 
 
 class LocalTransport:

@@ -13,6 +13,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -196,6 +197,15 @@ def test_https_proxy_is_used_and_no_proxy_bypasses_it(stack, tls, project):
     bypass = {**via, "NO_PROXY": "localhost"}
     assert stack.div("ls", cwd=project, env=bypass).returncode == 0
     assert proxy.tunnels == seen
+
+
+def test_a_proxy_url_without_a_host_is_one_clear_line(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DIV_TOKEN": "div_0_x",
+           "DIV_API_URL": "https://127.0.0.1:9", "HTTPS_PROXY": "http://:3128"}
+    done = subprocess.run([str(Path(sys.executable).parent / "div"), "ls"], capture_output=True,
+                          text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 1 and "no host in the proxy URL 'http://:3128'" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_the_systemd_units_pass_systemd_analyze_verify(tmp_path):
