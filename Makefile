@@ -65,7 +65,8 @@ test-fast: lint postgres
 bench: up pyslurm test-tools
 	$(BIN)/python bench/all.py
 
-# Python (ruff), the manual (mkdocs --strict), and every shell script: the batch script's fragments
+# Python (ruff; mypy, [tool.mypy] in pyproject.toml), the manual (mkdocs
+# --strict), and every shell script: the batch script's fragments
 # (slurm/batch/, with its .shellcheckrc), the golden scripts they render
 # (whole: their quoted values are literal on purpose, their functions run
 # through declare -f) and the dev and node scripts.
@@ -74,6 +75,7 @@ SHELL_SCRIPTS := slurm/dev/up slurm/dev/down slurm/dev/common.sh slurm/node/prol
 	scripts/postgres-up scripts/pyslurm-wheel .ci/run
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	@command -v shellcheck >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null)
 	shellcheck slurm/batch/*.sh

@@ -44,7 +44,8 @@ def create_app(test_config: dict | None = None, instance_path: str | None = None
     if app.config["DIV_PROXY_HOPS"]:
         hops = app.config["DIV_PROXY_HOPS"]
         # The client's address, and whether it came over TLS, from the proxy.
-        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops)
+        # Flask's way to add WSGI middleware; mypy sees a method replaced.
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops)  # type: ignore[method-assign]
     app.json = StrictJSONProvider(app)
     db.init_app(app)
     errors.init_app(app)

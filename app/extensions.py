@@ -1,12 +1,13 @@
 """Extensions created once, bound to an app in create_app()."""
 import sqlite3
+from typing import cast
 
 from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from flask_wtf.csrf import CSRFProtect
 from htmx_flask import Htmx
 from sqlalchemy import MetaData, event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import CursorResult, Engine, Result
 
 # Named constraints, so migrations are the same on SQLite and PostgreSQL.
 NAMING = {
@@ -21,6 +22,12 @@ db = SQLAlchemy(metadata=MetaData(naming_convention=NAMING))
 migrate = Migrate(render_as_batch=True)
 csrf = CSRFProtect()
 htmx = Htmx()
+
+
+def rowcount(result: Result) -> int:
+    """The rows an UPDATE or DELETE matched: the session types what it returns
+    as a Result, and for those statements it is a CursorResult, which counts."""
+    return cast(CursorResult, result).rowcount
 
 
 @event.listens_for(Engine, "connect")

@@ -6,11 +6,23 @@ of the app is scoped by it."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from divergent.app.extensions import db
+
+# db.Model is made when db is (an attribute, not a class mypy can subclass):
+# mypy is told what it is, Flask-SQLAlchemy's Model on a declarative base.
+if TYPE_CHECKING:
+    from flask_sqlalchemy.model import Model
+    from sqlalchemy.orm import DeclarativeBase
+
+    class Base(Model, DeclarativeBase):
+        pass
+else:
+    Base = db.Model
 
 ROLES = ("member", "org_admin", "site_admin")
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "canceled",
@@ -47,7 +59,7 @@ class UTCDateTime(sa.TypeDecorator):
         return value.astimezone(UTC)
 
 
-class Org(db.Model):
+class Org(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(sa.String(63), unique=True)
     slurm_account: Mapped[str] = mapped_column(sa.String(63), unique=True)
@@ -67,7 +79,7 @@ class Org(db.Model):
     users = relationship("User", back_populates="org")
 
 
-class User(db.Model):
+class User(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"), index=True)
     username: Mapped[str] = mapped_column(sa.String(64), unique=True)
@@ -88,7 +100,7 @@ class User(db.Model):
     __table_args__ = (sa.CheckConstraint(sa.column("role").in_(ROLES), name="role"),)
 
 
-class ApiKey(db.Model):
+class ApiKey(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     user_id: Mapped[int] = mapped_column(sa.ForeignKey("user.id"), index=True)
     # The key's visible start (div_<id>), recognisable when leaked, used to
@@ -104,7 +116,7 @@ class ApiKey(db.Model):
     user = relationship("User", back_populates="api_keys")
 
 
-class Project(db.Model):
+class Project(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"))
     name: Mapped[str] = mapped_column(sa.String(63))
@@ -113,7 +125,7 @@ class Project(db.Model):
     __table_args__ = (sa.UniqueConstraint("org_id", "name"),)
 
 
-class Volume(db.Model):
+class Volume(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"))
     name: Mapped[str] = mapped_column(sa.String(63))
@@ -122,7 +134,7 @@ class Volume(db.Model):
     __table_args__ = (sa.UniqueConstraint("org_id", "name"),)
 
 
-class Run(db.Model):
+class Run(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     org_id: Mapped[int] = mapped_column(sa.ForeignKey("org.id"))
     project_id: Mapped[int] = mapped_column(sa.ForeignKey("project.id"))
@@ -204,7 +216,7 @@ class Run(db.Model):
     )
 
 
-class Lease(db.Model):
+class Lease(Base):
     """A named lock with an expiry, so that of several reconcilers exactly one
     acts (app/services/leases.py); works the same on SQLite and PostgreSQL."""
 
@@ -213,7 +225,7 @@ class Lease(db.Model):
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
-class SiteGauge(db.Model):
+class SiteGauge(Base):
     """A number every server process and the reconciler share, for /metrics
     (app/services/cluster/monitoring.py): a counter (Slurm calls that failed, by
     call) or the reconciler's last cycle (when it ended, how long it took)."""
@@ -222,7 +234,7 @@ class SiteGauge(db.Model):
     value: Mapped[float] = mapped_column(sa.Float, default=0.0)
 
 
-class Secret(db.Model):
+class Secret(Base):
     """An org's secret: its value encrypted at rest (app/services/accounts/secrets.py),
     never returned by the API or shown by the dashboard."""
 
@@ -238,7 +250,7 @@ class Secret(db.Model):
     __table_args__ = (sa.UniqueConstraint("org_id", "name"),)
 
 
-class AuthFailure(db.Model):
+class AuthFailure(Base):
     """Failed sign-ins and bad API keys per client address or username, in
     the database so every server process counts the same
     (app/services/accounts/throttle.py)."""
@@ -248,7 +260,7 @@ class AuthFailure(db.Model):
     window_start: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
-class Schedule(db.Model):
+class Schedule(Base):
     """A run the reconciler starts on a cron schedule (app/services/runs/schedules.py):
     the request `div run` would send, code already uploaded, run as the
     user who made it."""
@@ -276,7 +288,7 @@ class Schedule(db.Model):
     )
 
 
-class Sweep(db.Model):
+class Sweep(Base):
     """Runs over every combination of some env values, submitted as one
     Slurm job array (app/services/runs/sweeps.py); each member is a run."""
 
@@ -298,7 +310,7 @@ class Sweep(db.Model):
     )
 
 
-class NotifyChannel(db.Model):
+class NotifyChannel(Base):
     """Where an org hears about its runs' ends (app/services/notify/notices.py): a
     webhook or an email address, for some events, of every run or of one
     schedule's; with its last delivery and error."""
@@ -320,7 +332,7 @@ class NotifyChannel(db.Model):
     __table_args__ = {"sqlite_autoincrement": True}
 
 
-class Notification(db.Model):
+class Notification(Base):
     """The outbox: one message for one channel, written in the transaction
     that ended its run, delivered by the sender (app/services/notify/outbox.py)."""
 

@@ -14,7 +14,11 @@ import socket
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from typing import cast
+
+from sqlalchemy.engine import Row
 
 from divergent.app.extensions import db
 from divergent.app.models import LIVE, Org, Run, utcnow
@@ -43,6 +47,11 @@ from divergent.slurm.records import JobRecord, run_status
 LEASE = leases.RECONCILER
 LEASE_SECONDS = 10.0
 log = logging.getLogger("divergent.reconciler")
+
+
+def _job_id(run: Run) -> str:
+    # The reconciler follows runs that have a job (follow_jobs' query, or running ones).
+    return cast(str, run.slurm_job_id)
 
 
 def _moment(epoch: int | None) -> datetime | None:
@@ -131,14 +140,15 @@ def shorten_after_restart(run: Run, record: JobRecord) -> bool:
     """A requeued run's next attempt gets what its time limit has left after
     the earlier ones (billed per started minute), so its spend limit holds
     over every attempt; none left stops it. Whether Slurm took the change."""
-    left = run.time_limit_minutes - -(-record.earlier_seconds // 60)
+    # restarted() asks only for a run with a time limit.
+    left = cast(int, run.time_limit_minutes) - -(-record.earlier_seconds // 60)
     try:
         if left >= 1:
-            slurm_client().shorten(run.slurm_job_id, left)
+            slurm_client().shorten(_job_id(run), left)
             log.info("%s restarted (attempt %d): %d minutes left", run.name,
                      record.restarts + 1, left)
         else:
-            slurm_client().cancel(run.slurm_job_id)
+            slurm_client().cancel(_job_id(run))
             run.stopped_for = SPENT.get(run.time_limit_by or "spend", "budget_exceeded")
     except SlurmError as exc:
         log.warning("could not shorten %s after its restart: %s", run.name, exc)
@@ -172,11 +182,11 @@ def _end_at_paid_minute(run: Run) -> None:
     # Queued, it has paid nothing; restarted after a node failure, Slurm's
     # TimeLimit counts this attempt alone: ended now, not minutes late.
     if run.started_at is None or run.restarts:
-        slurm_client().cancel(run.slurm_job_id)
+        slurm_client().cancel(_job_id(run))
         return
     paid = max(1, -(-(run.elapsed_seconds or 0) // 60))
     if run.time_limit_minutes is None or run.time_limit_minutes > paid:
-        slurm_client().shorten(run.slurm_job_id, paid)
+        slurm_client().shorten(_job_id(run), paid)
         run.time_limit_minutes = paid
     # Its time running out is then the org's limit (settle: limit_reached),
     # and its cost is capped at the minutes paid.
@@ -196,12 +206,14 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
         db.select(Run).where(Run.status.in_(LIVE), Run.slurm_job_id.is_not(None))).scalars())
     if not live:
         return 0
-    records = slurm_client().query([run.slurm_job_id for run in live], squeue_alone=True)
-    orgs = {org.id: org for org in db.session.execute(
-        db.select(Org).where(Org.id.in_({run.org_id for run in live}))).scalars()}
-    changed, metrics_left = 0, defaultdict(lambda: ORG_CYCLE_BUDGET)
+    records = slurm_client().query([_job_id(run) for run in live], squeue_alone=True)
+    live_orgs: Iterable[Org] = db.session.execute(
+        db.select(Org).where(Org.id.in_({run.org_id for run in live}))).scalars()
+    orgs = {org.id: org for org in live_orgs}
+    changed = 0
+    metrics_left: defaultdict[int, int] = defaultdict(lambda: ORG_CYCLE_BUDGET)
     for run in live:
-        record = records.get(run.slurm_job_id)
+        record = records.get(_job_id(run))
         if record is None:
             # Just submitted (neither squeue nor sacct has it yet), or a
             # sweep's member that was canceled while it waited.
@@ -248,7 +260,7 @@ def follow_ending(until: float, every: float, stop: threading.Event) -> None:
 def runs_ending() -> list[Run]:
     """Running runs whose command has ended on their first node (one stat
     a running run, as its metrics cost each cycle)."""
-    running = db.session.execute(db.select(Run, Org.name).join(
+    running: Sequence[Row[Run, str]] = db.session.execute(db.select(Run, Org.name).join(
         Org, Org.id == Run.org_id).where(Run.status == "running")).all()
     return [run for run, org in running
             if run_is_ending(data_path("runs", org, run.name), run.restarts or 0)]

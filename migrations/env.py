@@ -1,5 +1,6 @@
 import logging
 from logging.config import fileConfig
+from typing import cast
 
 from alembic import context
 from flask import current_app
@@ -11,7 +12,8 @@ config = context.config
 # Interpret the config file for Python logging.
 # This line sets up loggers basically.
 # Keep the app's own loggers: a migration run in-process must not silence them.
-fileConfig(config.config_file_name, disable_existing_loggers=False)
+# Flask-Migrate always gives it alembic.ini (the Config's file name is None only without one).
+fileConfig(cast(str, config.config_file_name), disable_existing_loggers=False)
 logger = logging.getLogger('alembic.env')
 
 

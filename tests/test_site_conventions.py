@@ -19,6 +19,7 @@ from divergent.app.services.site.slurm_access import ensure_org_account
 from divergent.slurm.client import SlurmClient
 from divergent.slurm.records import JobRecord
 from divergent.slurm.transport import CommandResult
+from divergent.terms import DEFAULT_IMAGE
 from tests.test_admin_commands import flask
 
 
@@ -129,3 +130,9 @@ def test_on_the_dev_cluster_a_partitions_max_time_becomes_the_jobs_time_limit(st
         stack.div("stop", name, cwd=project)
     finally:
         subprocess.run([*scontrol, "MaxTime=UNLIMITED"], check=True)
+
+
+def test_a_null_gpu_or_image_is_the_default_as_if_not_sent(app_context):
+    """The API's description lets every optional field be null: never a 500."""
+    sent = request(gpu=None, image=None)
+    assert (sent.gpu, sent.image) == ("h100", DEFAULT_IMAGE)

@@ -14,10 +14,11 @@ from divergent.app.services.cluster.doctor import missing_database
 from divergent.app.services.errors import Invalid, ServiceError
 
 
-class ServiceErrors:
+class ServiceErrors(click.Command):
     """A command whose ServiceErrors are click's: an Invalid value of the
     parameter named by `bad_value` is a usage error (exit 2, naming it), any
-    other error is its message (exit 1)."""
+    other error is its message (exit 1). Mixed into a Command or a Group
+    (its base, so that super() is typed, leaves their order unchanged)."""
 
     def __init__(self, *args, bad_value: str | None = None, **kwargs):
         # In the app's context however it is invoked: `flask` pushes one,

@@ -37,7 +37,7 @@ def reconcile(interval: float | None, once: bool) -> None:
     # Notifications go out, schedules fire and storage is measured on
     # threads of their own: a receiver that hangs or an org with many
     # schedules never holds up a cycle.
-    app = current_app._get_current_object()
+    app = current_app._get_current_object()  # type: ignore[attr-defined]  # a LocalProxy, typed as a Flask
     interval = interval or current_app.config["DIV_RECONCILE_INTERVAL"]
     beside = [run_sender(app, stop), run_every(app, "schedules", max(1.0, interval), fire_schedules, stop),
               run_every(app, "storage", 1.0, measure_storage, stop)]

@@ -2,6 +2,8 @@
 (`flask site gpu add|ls|rm`)."""
 from __future__ import annotations
 
+from typing import cast
+
 import click
 
 from divergent.app.admin import admin_group
@@ -103,7 +105,8 @@ def _catalog_table(catalog: dict[str, GpuType], prices: dict[str, int] | None = 
     click.echo("type   partition   gres           per node  each includes   node has"
                + ("         price" if prices is not None else ""))
     for name, gpu in catalog.items():
-        gres = "-" if gpu.is_cpu else (gpu.gres.partition(":")[2] or "gpu (untyped)")
+        # Not is_cpu: it has a GRES.
+        gres = "-" if gpu.is_cpu else (cast(str, gpu.gres).partition(":")[2] or "gpu (untyped)")
         if gpu.constraint:
             gres += f" [{gpu.constraint}]"
         line = (f"{name:6s} {gpu.partition:11s} {gres:14s} "

@@ -44,7 +44,7 @@ RUN = obj(
     slurm_job_id=nullable(STRING), restarts=INTEGER, mounts=array(OBJECT),
     sweep=nullable(STRING), sweep_index=nullable(INTEGER), sweep_values=nullable(OBJECT),
     schedule=nullable(STRING))
-RUN_REQUEST = {"type": "object", "required": ["command"], "properties": {
+RUN_REQUEST: dict = {"type": "object", "required": ["command"], "properties": {
     "project": STRING, "command": STRING, "gpu": STRING, "gpus": INTEGER,
     "cpu": nullable(INTEGER), "memory": nullable(INTEGER), "max_spend": nullable(STRING),
     "name": nullable(STRING), "image": STRING, "env": {"type": "object", "additionalProperties": STRING},
@@ -108,7 +108,7 @@ DELETED = answer(obj(deleted={}))
 PATH = query("path", STRING, "a path inside the volume (a folder's or a file's)")
 IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{16,64}$"}}
-RETRIED = {"200": answer(ref("CreatedRun")) | {"description": "a retry: the run the key made"}}
+RETRIED: dict = {"200": answer(ref("CreatedRun")) | {"description": "a retry: the run the key made"}}
 
 PATHS = {
     "/openapi.json": {"get": op("This description (no key needed)", answer(OBJECT), public=True)},
@@ -155,7 +155,8 @@ PATHS = {
                   params=[query("limit", {"type": "integer", "minimum": 1})]),
         "post": op("Start a sweep: one run per combination, one Slurm job array",
                    answer(obj(sweep=ref("Sweep"))), "201", json_body(SWEEP_REQUEST), [IDEMPOTENCY],
-                   **{"200": answer(obj(sweep=ref("Sweep")))})},
+                   # mypy cannot know that a status code names none of op's parameters.
+                   **{"200": answer(obj(sweep=ref("Sweep")))})},  # type: ignore[arg-type]
     "/sweeps/check": {"post": op("Whether POST /sweeps would take it", OK,
                                  body=json_body(SWEEP_REQUEST))},
     "/sweeps/{name}": {"get": op("A sweep and its runs", answer(obj(sweep=ref("Sweep"))))},
@@ -208,8 +209,10 @@ PATHS = {
     "/volumes/{volume}/files": {
         "get": op("A file's bytes (Range supported)",
                   answer({"type": "string", "format": "binary"}, "application/octet-stream"),
-                  params=[PATH], **{"206": answer({"type": "string", "format": "binary"},
-                                                  "application/octet-stream")}),
+                  params=[PATH],
+                  # mypy cannot know that a status code names none of op's parameters.
+                  **{"206": answer({"type": "string", "format": "binary"},  # type: ignore[arg-type]
+                                   "application/octet-stream")}),
         "put": op("One file, at most 256 MB and 5 minutes, checked against X-Div-Sha256",
                   answer(obj(stored={})), "201", bytes_body("application/octet-stream"),
                   [PATH, {"name": "X-Div-Sha256", "in": "header", "required": True,

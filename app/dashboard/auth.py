@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import secrets
 from functools import wraps
+from typing import cast
 
 from flask import current_app, g, redirect, render_template, request, session, url_for
 from itsdangerous import BadSignature, URLSafeSerializer
@@ -56,7 +57,8 @@ DEVICE_SECONDS = 365 * 24 * 3600
 
 
 def _devices() -> URLSafeSerializer:
-    return URLSafeSerializer(current_app.secret_key, salt="divergent-device")
+    # create_app always sets one.
+    return URLSafeSerializer(cast("str | bytes", current_app.secret_key), salt="divergent-device")
 
 
 def _device_subject(username: str) -> str | None:

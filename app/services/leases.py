@@ -8,7 +8,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from divergent.app.extensions import db
+from divergent.app.extensions import db, rowcount
 from divergent.app.models import Lease, utcnow
 
 # The lease whose holder is the one reconciler acting (app/reconciler.py);
@@ -20,10 +20,10 @@ def acquire(name: str, holder: str, ttl_seconds: float) -> bool:
     """Takes or renews the lease; False while another holder's is unexpired."""
     now = utcnow()
     expires = now + timedelta(seconds=ttl_seconds)
-    taken = db.session.execute(
+    taken = rowcount(db.session.execute(
         sa.update(Lease)
         .where(Lease.name == name, sa.or_(Lease.holder == holder, Lease.expires_at < now))
-        .values(holder=holder, expires_at=expires)).rowcount
+        .values(holder=holder, expires_at=expires)))
     if taken:
         db.session.commit()
         return True

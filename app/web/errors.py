@@ -2,6 +2,8 @@
 with its status, the dashboard an HTML page with the same message. The
 services raise ServiceError subclasses (app/services/errors.py) and nothing
 else for what a user did; the rest here is the site's trouble, said plainly."""
+from typing import cast
+
 from flask import Flask, current_app, jsonify, render_template, request
 from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException
@@ -32,7 +34,8 @@ def error_response(status: int, message: str, headers: dict | None = None):
 def handle_http_error(exc: HTTPException):
     if exc.code == 404 and request.url_rule is None:
         return error_response(404, _nothing_at(request.path))
-    return error_response(exc.code or 500, exc.description)
+    # Every werkzeug error Flask hands here (one with a code) has a description.
+    return error_response(exc.code or 500, cast(str, exc.description))
 
 
 def _nothing_at(path: str) -> str:

@@ -4,6 +4,8 @@ whose strings are real text, and the body limit of the views that stream
 their bodies."""
 from __future__ import annotations
 
+from typing import TypeVar
+
 from flask import request
 from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import BadRequest
@@ -15,8 +17,11 @@ from divergent.app.services.errors import Invalid
 # MAX_CONTENT_LENGTH is for bodies read whole.
 STREAMED = 1 << 62
 
+# int_arg's default: with an int one, the answer is always an int.
+_Default = TypeVar("_Default", int, None)
 
-def int_arg(name: str, default: int | None, minimum: int = 0) -> int | None:
+
+def int_arg(name: str, default: _Default, minimum: int = 0) -> int | _Default:
     raw = request.args.get(name)
     if raw is None or raw == "":
         return default

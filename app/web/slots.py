@@ -46,4 +46,4 @@ def when_sent(response: Response, callback: Callable[[], None]) -> None:
                 close()
         finally:
             callback()
-    body.close = closed
+    body.close = closed  # type: ignore[union-attr]  # set on this body itself, whatever its type

@@ -10,7 +10,7 @@ import shutil
 
 import sqlalchemy as sa
 
-from divergent.app.extensions import db
+from divergent.app.extensions import db, rowcount
 from divergent.app.models import LIVE, ApiKey, Notification, NotifyChannel, Org, Run, Schedule, User, utcnow
 from divergent.app.services.errors import Conflict, Unavailable
 from divergent.app.services.files.volumes import org_dir, trees_dir
@@ -19,8 +19,8 @@ from divergent.app.services.files.volumes import org_dir, trees_dir
 def remove_user(user: User) -> int:
     """Removes the user; returns how many of their keys were revoked."""
     now = utcnow()
-    revoked = db.session.execute(sa.update(ApiKey).where(
-        ApiKey.user_id == user.id, ApiKey.revoked_at.is_(None)).values(revoked_at=now)).rowcount
+    revoked = rowcount(db.session.execute(sa.update(ApiKey).where(
+        ApiKey.user_id == user.id, ApiKey.revoked_at.is_(None)).values(revoked_at=now)))
     # Their schedules would go on starting runs in their name.
     db.session.execute(sa.delete(Schedule).where(Schedule.user_id == user.id))
     user.removed_at = user.removed_at or now

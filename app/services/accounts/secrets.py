@@ -10,6 +10,8 @@ import contextlib
 import json
 import os
 import re
+from collections.abc import Iterable
+from typing import cast
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from flask import current_app
@@ -127,7 +129,8 @@ def rewrite_secrets_file(state_dir: str, run: Run) -> None:
     """The values a run started with, again, for its next attempt after a
     node failure (the script read and deleted the first copy)."""
     with contextlib.suppress(FileExistsError):
-        write_secrets_file(state_dir, json.loads(unseal(run.secrets_sealed)))
+        # Called only for a run that was given secrets.
+        write_secrets_file(state_dir, json.loads(unseal(cast(str, run.secrets_sealed))))
 
 
 def remove_secrets_file(state_dir: str) -> None:
@@ -174,11 +177,15 @@ def rotate(new_key: bool) -> int:
         _write_keys(keys)
     cipher = _cipher(keys)
     count = 0
-    for row in db.session.execute(db.select(Secret)).scalars():
+    stored: Iterable[Secret] = db.session.execute(db.select(Secret)).scalars()
+    for row in stored:
         row.sealed_value = cipher.rotate(row.sealed_value.encode()).decode()
         count += 1
-    for run in db.session.execute(db.select(Run).where(Run.secrets_sealed.is_not(None))).scalars():
-        run.secrets_sealed = cipher.rotate(run.secrets_sealed.encode()).decode()
+    sealed: Iterable[Run] = db.session.execute(
+        db.select(Run).where(Run.secrets_sealed.is_not(None))).scalars()
+    for run in sealed:
+        # The query took only runs with sealed values.
+        run.secrets_sealed = cipher.rotate(cast(str, run.secrets_sealed).encode()).decode()
         count += 1
     db.session.commit()
     if new_key:

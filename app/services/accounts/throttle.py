@@ -10,12 +10,13 @@ subject, the address and the count."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import cast
 
 import sqlalchemy as sa
 from flask import current_app
 from sqlalchemy.exc import IntegrityError
 
-from divergent.app.extensions import db
+from divergent.app.extensions import db, rowcount
 from divergent.app.models import ApiKey, AuthFailure, utcnow
 from divergent.app.services.errors import ServiceError
 
@@ -65,14 +66,15 @@ def record_failure(subject: str, what: str, address: str | None) -> None:
 
 
 def _count_one(subject: str) -> int:
-    now, table = utcnow(), AuthFailure.__table__
+    # A mapped class's table is a Table (typed as any FromClause).
+    now, table = utcnow(), cast(sa.Table, AuthFailure.__table__)
     for _ in range(3):
         # In the window: one more. Out of it (or new): start a new window.
-        if not db.session.execute(table.update().where(
+        if not rowcount(db.session.execute(table.update().where(
                 table.c.subject == subject, table.c.window_start > now - _window())
-                .values(failures=table.c.failures + 1)).rowcount:
-            if not db.session.execute(table.update().where(table.c.subject == subject)
-                                      .values(failures=1, window_start=now)).rowcount:
+                .values(failures=table.c.failures + 1))):
+            if not rowcount(db.session.execute(table.update().where(table.c.subject == subject)
+                                               .values(failures=1, window_start=now))):
                 try:
                     db.session.execute(table.insert().values(subject=subject, failures=1,
                                                              window_start=now))
@@ -80,7 +82,9 @@ def _count_one(subject: str) -> int:
                     db.session.rollback()
                     continue
         db.session.commit()
-        return db.session.get(AuthFailure, subject, populate_existing=True).failures
+        row = db.session.get(AuthFailure, subject, populate_existing=True)
+        # None when a right password forgot the subject since the commit.
+        return row.failures if row is not None else 0
     raise RuntimeError(f"could not count a failure for {subject}")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import cast
 
 from flask import current_app
 
@@ -49,7 +50,7 @@ def gpu_capacity(nodes: list[NodeRecord], site: SlurmSite) -> list[GpuCapacity]:
     for node in nodes:
         for name in capacity:
             gpu = site.catalog[name]
-            kind = gpu.gres.partition(":")[2]
+            kind = cast(str, gpu.gres).partition(":")[2]      # not is_cpu: it has a GRES
             if kind not in node.gpus or (not kind and gpu.partition not in node.partitions):
                 continue
             count = node.gpus[kind]

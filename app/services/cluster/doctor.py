@@ -9,6 +9,7 @@ import os
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
@@ -143,7 +144,9 @@ def _partitions(client: SlurmClient, _: dict) -> str:
         raise Problem(f"no partition named {', '.join(missing)}: map each GPU type to one "
                       "Slurm has with `flask site --partition h100=<name>` (or `flask site gpu add`)")
     gres = {kind for node in client.nodes().values() for kind in node.gpus}
-    gpus = {name: gpu.gres.partition(":")[2] for name, gpu in catalog.items() if not gpu.is_cpu}
+    # Not is_cpu: each has a GRES.
+    gpus = {name: cast(str, gpu.gres).partition(":")[2] for name, gpu in catalog.items()
+            if not gpu.is_cpu}
     absent = sorted(name for name, kind in gpus.items() if kind not in gres)
     if gpus and len(absent) == len(gpus):
         raise Problem("no node has a GPU GRES that any GPU type maps to: "

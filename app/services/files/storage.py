@@ -24,6 +24,9 @@ import stat
 import tarfile
 import time
 from dataclasses import dataclass
+from typing import cast
+
+from sqlalchemy.engine import Result
 
 from divergent.app.extensions import db
 from divergent.app.models import Org, Volume
@@ -290,7 +293,8 @@ def list_path(org: Org, volume: str, path: str, recursive: bool = False) -> tupl
 
 
 def volume_summaries(org: Org) -> list[dict]:
-    rows = db.session.execute(db.select(Volume).filter_by(org_id=org.id).order_by(Volume.name))
+    rows: Result[Volume] = db.session.execute(
+        db.select(Volume).filter_by(org_id=org.id).order_by(Volume.name))
     summaries = []
     for volume in rows.scalars():
         try:
@@ -394,8 +398,9 @@ def _inside_the_volume(path: str):
     try:
         yield
     except PermissionError as exc:
+        # Raised by the OS for a file call (nothing here raises one of its own), so with an errno.
         raise Conflict(f"the server may not write to '{shown(path)}' in the volume "
-                       f"({os.strerror(exc.errno)}): a run may have changed it; "
+                       f"({os.strerror(cast(int, exc.errno))}): a run may have changed it; "
                        "nothing already stored was lost") from None
 
 

@@ -56,7 +56,7 @@ def trees_dir(org: Org) -> str:
     return data_path("trees", org.name)
 
 
-def check_volume_name(name: str) -> str:
+def check_volume_name(name: object) -> str:
     if not isinstance(name, str) or not VOLUME_NAME.fullmatch(name):
         raise Invalid(f"invalid volume name {name!r}: use lowercase letters, digits, "
                       "-, _ and ., 1 to 63 characters, not starting with .")

@@ -3,6 +3,7 @@ elapsed seconds and each run's own rate, compared with what was billed."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import sqlalchemy as sa
 
@@ -40,16 +41,18 @@ def recompute(month: str | None = None) -> list[Charge]:
     for first in range(0, len(rows), BATCH):
         batch = rows[first:first + BATCH]
         try:
-            records = slurm_client().query([run.slurm_job_id for run, _ in batch])
+            # The query took only runs with a job id.
+            records = slurm_client().query([cast(str, run.slurm_job_id) for run, _ in batch])
         except SlurmError as exc:
             raise Unavailable(f"Slurm's accounting did not answer: {exc}") from None
         for run, org in batch:
-            record = records.get(run.slurm_job_id)
+            job_id = cast(str, run.slurm_job_id)
+            record = records.get(job_id)
             again = None
             if record is not None and record.elapsed_seconds is not None and run.started_at:
                 again = cost(run.rate_micros_per_hour, record.elapsed_seconds,
                              run.time_limit_minutes)
             elif record is not None and run.started_at is None:
                 again = 0   # never started: never billed
-            charges.append(Charge(org, run.name, run.slurm_job_id, run.cost_micros, again))
+            charges.append(Charge(org, run.name, job_id, run.cost_micros, again))
     return charges

@@ -9,6 +9,7 @@ import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
+from typing import cast
 
 from flask import current_app
 
@@ -58,7 +59,8 @@ def micros(text: str) -> int:
         amount = Decimal(str(text))
     except InvalidOperation:
         raise Invalid(f"{text!r} is not an amount in dollars") from None
-    if not amount.is_finite() or amount < 0 or amount.as_tuple().exponent < -6 \
+    # A finite amount's exponent is an int (the letters are for NaN and infinity).
+    if not amount.is_finite() or amount < 0 or cast(int, amount.as_tuple().exponent) < -6 \
             or amount > MAX_DOLLARS:
         raise Invalid(f"{str(text)[:40]!r}: an amount is dollars, at least 0, at most "
                          f"{MAX_DOLLARS:,} with at most 6 decimals")

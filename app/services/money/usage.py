@@ -3,9 +3,12 @@ and GPU type, against its monthly limit, and what a new run may spend."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Row
 
 from divergent.app.extensions import db
 from divergent.app.models import LIVE, Org, Project, Run, User, utcnow
@@ -76,7 +79,8 @@ def reserved(org: Org) -> int:
     rows = db.session.execute(
         sa.select(Run.time_limit_minutes, Run.rate_micros_per_hour, Run.cost_micros).where(
             Run.org_id == org.id, Run.status.in_(LIVE), Run.time_limit_minutes.is_not(None)))
-    return sum(max(0, minutes * rate // 60 - cost) for minutes, rate, cost in rows)
+    # Only runs with a time limit (the query's last condition).
+    return sum(max(0, cast(int, minutes) * rate // 60 - cost) for minutes, rate, cost in rows)
 
 
 def hold_spend(org: Org) -> None:
@@ -110,7 +114,8 @@ def spend_by_day(org: Org, month: str | None) -> list[tuple[str, int]]:
     they were made, zero where nothing ran: the chart's bars and its table."""
     start, end, _ = month_bounds(month)
     day = sa.func.date(Run.created_at)
-    rows = db.session.execute(
+    # The day as the database gives it (a string on SQLite), and its cost.
+    rows: Sequence[Row[Any, int]] = db.session.execute(
         sa.select(day, sa.func.sum(Run.cost_micros)).where(_in_month(org, start, end))
         .group_by(day)).all()
     spent = {str(d): int(c) for d, c in rows}

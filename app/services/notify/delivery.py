@@ -14,6 +14,7 @@ import socket
 import ssl
 import threading
 from email.message import EmailMessage
+from typing import cast
 from urllib.parse import urlsplit
 
 from flask import current_app
@@ -62,7 +63,8 @@ def checked_address(host: str, port: int) -> str:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
         raise Unresolved(f"{host} does not resolve ({exc.strerror or exc})") from None
-    addresses = [info[4][0] for info in infos]
+    # An IPv4 or IPv6 address (the only families it asks for) is a string.
+    addresses = [cast(str, info[4][0]) for info in infos]
     refused = [a for a in addresses if not address_allowed(ipaddress.ip_address(a))]
     if refused:
         shown = host if host == refused[0] else f"{host} ({refused[0]})"
@@ -113,16 +115,19 @@ def send_webhook(url: str, body: dict, delivery: str) -> None:
     sender stopped before it heard the answer sends again), and the id lets
     a receiver drop a repeat."""
     parts = urlsplit(url)
+    # A channel's URL was checked to have a host name when it was made (notices.py).
+    hostname = cast(str, parts.hostname)
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    address = checked_address(parts.hostname, port)
+    address = checked_address(hostname, port)
+    connection: http.client.HTTPConnection
     if parts.scheme == "https":
-        connection = _PinnedHTTPS(address, parts.hostname, port)
+        connection = _PinnedHTTPS(address, hostname, port)
     else:
         connection = http.client.HTTPConnection(address, port, timeout=TIMEOUT)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+    host = hostname if parts.port is None else f"{hostname}:{parts.port}"
     try:
-        with _deadline(parts.hostname, connection):
+        with _deadline(hostname, connection):
             connection.request("POST", path, body=json.dumps({**body, "delivery": delivery}).encode(),
                                headers={"Host": host, "Content-Type": "application/json",
                                         "User-Agent": "divergent", "X-Div-Delivery": delivery})
@@ -131,7 +136,7 @@ def send_webhook(url: str, body: dict, delivery: str) -> None:
     finally:
         connection.close()
     if not 200 <= answer.status < 300:
-        raise NotDelivered(f"{parts.hostname} answered {answer.status} {answer.reason}")
+        raise NotDelivered(f"{hostname} answered {answer.status} {answer.reason}")
 
 
 def send_email(address: str, subject: str, text: str, delivery: str) -> None:

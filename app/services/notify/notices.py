@@ -5,6 +5,7 @@ the transaction that ends its run, and delivered later by the sender
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from flask import current_app
@@ -92,7 +93,7 @@ def add_channel(user: User, webhook: object = None, email: object = None,
     db.session.execute(db.select(Org.id).filter_by(id=user.org_id).with_for_update())
     db.session.add(row)
     db.session.flush()
-    count = db.session.execute(db.select(db.func.count(NotifyChannel.id)).filter_by(
+    count: int = db.session.execute(db.select(db.func.count(NotifyChannel.id)).filter_by(
         org_id=user.org_id)).scalar_one()
     if count > MAX_CHANNELS:
         db.session.rollback()
@@ -170,7 +171,8 @@ def message(run: Run, event: str) -> tuple[str, dict]:
 def enqueue_for(run: Run) -> int:
     """Adds the messages a run's end asks for to the session (committed with
     the run's end); how many."""
-    channels = db.session.execute(db.select(NotifyChannel).filter_by(org_id=run.org_id)).scalars()
+    channels: Iterable[NotifyChannel] = db.session.execute(
+        db.select(NotifyChannel).filter_by(org_id=run.org_id)).scalars()
     events = events_of(run)
     added = 0
     for channel in channels:

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from flask import current_app
 from sqlalchemy.orm.exc import StaleDataError
 
-from divergent.app.extensions import db
+from divergent.app.extensions import db, rowcount
 from divergent.app.models import Notification, NotifyChannel, utcnow
 from divergent.app.services.background import run_every
 from divergent.app.services.notify.delivery import NotDelivered, send_email, send_webhook
@@ -30,10 +30,10 @@ PER_ORG = 2
 
 def _claim(row_id: int) -> bool:
     now = utcnow()
-    taken = db.session.execute(sa.update(Notification).where(
+    taken = rowcount(db.session.execute(sa.update(Notification).where(
         Notification.id == row_id, Notification.status == "pending",
         sa.or_(Notification.claimed_until.is_(None), Notification.claimed_until < now)
-    ).values(claimed_until=now + CLAIM)).rowcount
+    ).values(claimed_until=now + CLAIM)))
     db.session.commit()
     return bool(taken)
 
@@ -54,14 +54,16 @@ def send_due() -> int:
         partition_by=Notification.org_id, order_by=(Notification.next_attempt_at, Notification.id)
     ).label("place")).where(Notification.status == "pending",
                             Notification.next_attempt_at <= utcnow()).subquery()
-    due = list(db.session.execute(db.select(ranked.c.id).where(
+    due: list[int] = list(db.session.execute(db.select(ranked.c.id).where(
         ranked.c.place <= PER_ORG).order_by(ranked.c.next_attempt_at)).scalars())
     sent = 0
     for row_id in due:
         if not _claim(row_id):
             continue
         row = db.session.get(Notification, row_id)
-        channel = db.session.get(NotifyChannel, row.channel_id)
+        channel = db.session.get(NotifyChannel, row.channel_id) if row is not None else None
+        if row is None or channel is None:      # its channel was removed since, and it with it
+            continue
         row.attempts += 1
         try:
             _deliver(row)

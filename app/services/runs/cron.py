@@ -142,7 +142,7 @@ def _field(text: str, field: str, low: int, high: int, names: tuple[str, ...]) -
     return values
 
 
-def parse_cron(text: str) -> Cron:
+def parse_cron(text: object) -> Cron:
     if not isinstance(text, str) or len(text) > 200:
         raise CronError("a cron expression is five fields, such as '0 3 * * *'")
     parts = text.split()
@@ -176,7 +176,7 @@ def _named(text: str, names: tuple[str, ...], short: tuple[str, ...], low: int) 
     return ", ".join(words)
 
 
-def _clock(hour: str, minute: str) -> str:
+def _clock(hour: str, minute: str | int) -> str:
     return f"{int(hour):02d}:{int(minute):02d}"
 
 

@@ -3,6 +3,8 @@ runs every org has waiting (the admins' Cluster page), and a run as the
 API's JSON."""
 from __future__ import annotations
 
+from typing import cast
+
 import sqlalchemy as sa
 from sqlalchemy.orm import selectinload
 
@@ -73,7 +75,7 @@ def page_of_runs(org: Org, before: int | None = None, size: int = 50,
             query = query.filter(sa.or_(Run.created_at < cursor.created_at,
                                         sa.and_(Run.created_at == cursor.created_at,
                                                 Run.id < cursor.id)))
-    rows = list(db.session.execute(
+    rows: list[Run] = list(db.session.execute(
         query.order_by(Run.created_at.desc(), Run.id.desc()).limit(size + 1)).scalars())
     return rows[:size], rows[size - 1].id if len(rows) > size else None
 
@@ -122,6 +124,7 @@ def queued_runs() -> tuple[list[tuple[Run, str, str, str]], int]:
     asked for and why they wait, in words; and how many wait in all."""
     waiting = sa.select(Run, Org.name).join(Org, Run.org_id == Org.id).where(
         Run.status == "queued")
-    count = db.session.scalar(sa.select(sa.func.count()).select_from(waiting.subquery()))
+    # A count always has a row; a queued run always has words for its wait.
+    count = cast(int, db.session.scalar(sa.select(sa.func.count()).select_from(waiting.subquery())))
     rows = db.session.execute(waiting.order_by(Run.created_at, Run.id).limit(QUEUED_SHOWN)).all()
-    return [(run, org, hardware(run), waiting_text(run)) for run, org in rows], count
+    return [(run, org, hardware(run), cast(str, waiting_text(run))) for run, org in rows], count

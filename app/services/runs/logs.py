@@ -20,6 +20,7 @@ import base64
 import os
 import time
 from collections.abc import Callable, Iterator
+from typing import cast
 
 from divergent.app.extensions import db
 from divergent.app.models import LIVE, ApiKey, Org, Run
@@ -144,7 +145,8 @@ def run_log_events(org: Org, run: Run, key_id: int, offsets: dict[str, int],
 
     def fresh_run() -> Run:
         db.session.rollback()
-        return db.session.get(Run, run_id)
+        # Only a submit that Slurm never got deletes its run, before anyone is told its name.
+        return cast(Run, db.session.get(Run, run_id))
 
     def poll_run():
         nonlocal attempt
@@ -231,8 +233,8 @@ def _line_start_from_end(path: str, lines: int) -> int:
             while wanted > 0 and (cut := block.rfind(b"\n", 0, cut)) >= 0:
                 wanted -= 1
                 earliest = start + cut + 1
-            if wanted == 0:
-                return earliest
+            if wanted == 0:     # lines >= 1: the newline that made it 0 set earliest
+                return cast(int, earliest)
             pos = start
         return earliest if floor and earliest is not None else floor
 

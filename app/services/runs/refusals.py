@@ -7,6 +7,8 @@ request's fault (422, exit 2) and says what the cluster has; what fits the
 cluster but not its state now is a moment's trouble (503, exit 1)."""
 from __future__ import annotations
 
+from typing import cast
+
 from divergent.app.services.cluster.capacity import gpu_capacity
 from divergent.app.services.errors import Refused, ServiceError, Unavailable
 from divergent.app.services.site.slurm_access import slurm_client, slurm_site
@@ -37,7 +39,7 @@ def refused_by_slurm(exc: SubmitRefused, gpu_type: str, gpus: int) -> ServiceErr
     else:
         capacity = next((row for row in gpu_capacity(nodes, site) if row.gpu_type == gpu_type),
                         None)
-        kind = gpu.gres.partition(":")[2]
+        kind = cast(str, gpu.gres).partition(":")[2]      # not is_cpu: it has a GRES
         fitting = [node for node in nodes if node.gpus.get(kind) and
                    (kind or gpu.partition in node.partitions)]
         total = capacity.total if capacity else 0

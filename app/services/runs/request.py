@@ -80,6 +80,12 @@ def _str(body: dict, key: str, default=None) -> str | None:
     return value
 
 
+def _str_or(body: dict, key: str, default: str) -> str:
+    """A string that has a default: null (as the API's description allows) means it."""
+    value = _str(body, key)
+    return default if value is None else value
+
+
 def dollars(text: str | None) -> int | None:
     if text is None:
         return None
@@ -105,10 +111,10 @@ def parse_request(body: object) -> RunRequest:
             raise Invalid(f"{what} must be a list of strings")
     req = RunRequest(
         project=_str(body, "project") or "", command=_str(body, "command") or "",
-        gpu=_str(body, "gpu", "h100"), gpus=_int(body, "gpus", 1),
+        gpu=_str_or(body, "gpu", "h100"), gpus=_int(body, "gpus", 1),
         cpus=_int(body, "cpu", None), memory_gib=_int(body, "memory", None),
         max_spend_micros=dollars(_str(body, "max_spend")), name=_str(body, "name"),
-        image=_str(body, "image", DEFAULT_IMAGE), env=env, checks=checks,
+        image=_str_or(body, "image", DEFAULT_IMAGE), env=env, checks=checks,
         telemetry=_str(body, "telemetry"), code_ref=_str(body, "code"), secrets=secrets,
         mounts=[parse_mount(mount) for mount in mounts])
     _validate(req)

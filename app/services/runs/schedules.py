@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import Counter
+from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import cast
 
 from flask import current_app
 
@@ -29,7 +31,7 @@ from divergent.terms import RUN_NAME
 log = logging.getLogger("divergent.schedules")
 
 
-def _cron(text: object, tz: str):
+def _cron(text: object, tz: object):
     """The schedule's cron and its first time; a cron that never matches a
     real date ("0 0 31 2 *") is refused with the rest."""
     cron = parse_cron(text)
@@ -45,6 +47,7 @@ def check_schedule(user: User, cron_text: object, run_request: object,
     tz = "UTC" if tz is None else tz
     cron, next_at = _cron(cron_text, tz)
     req = parse_request(run_request)
+    body = cast(dict, run_request)      # parse_request refused anything else
     if req.name is not None:
         raise Invalid("a schedule's runs get names of their own: leave out --name")
     if name is not None and (not isinstance(name, str) or not RUN_NAME.fullmatch(name)):
@@ -53,11 +56,11 @@ def check_schedule(user: User, cron_text: object, run_request: object,
     if _find(user.org, name, missing_ok=True) is not None:
         raise Conflict(f"a schedule named {name} already exists")
     # A secret it names must exist now, its GPUs fit, a sweep's size too, ...
-    if run_request.get("sweep") is not None:
-        check_sweep(user, req, run_request["sweep"])
+    if body.get("sweep") is not None:
+        check_sweep(user, req, body["sweep"])
     else:
         check_run(user, req)
-    return cron.text, next_at, name, tz
+    return cron.text, next_at, name, cast(str, tz)      # _cron's parse_zone refused anything else
 
 
 def create_schedule(user: User, cron_text: object, run_request: object,
@@ -129,9 +132,10 @@ def fire_due(now: datetime | None = None) -> int:
     """Starts the runs of the schedules that are due, FIRED_PER_ORG of each
     org's at most; returns how many fired."""
     now = now or utcnow()
-    waiting = db.session.execute(db.select(Schedule).join(User, User.id == Schedule.user_id)
-                                 .where(Schedule.next_at <= now, User.removed_at.is_(None))
-                                 .order_by(Schedule.next_at)).scalars()
+    waiting: Iterable[Schedule] = db.session.execute(
+        db.select(Schedule).join(User, User.id == Schedule.user_id)
+        .where(Schedule.next_at <= now, User.removed_at.is_(None))
+        .order_by(Schedule.next_at)).scalars()
     taken: Counter = Counter()
     due = []
     for row in waiting:
@@ -147,7 +151,10 @@ def fire_due(now: datetime | None = None) -> int:
             run = _start(row)
         except Exception as exc:   # one schedule's failure never stops the others'
             db.session.rollback()
-            row = db.session.get(Schedule, schedule_id)
+            found = db.session.get(Schedule, schedule_id)
+            if found is None:       # deleted while it fired: nothing to record
+                continue
+            row = found
             if isinstance(exc, ServiceError):
                 row.last_error = exc.message
                 if started_nothing(exc):

@@ -4,6 +4,7 @@ waiting for stop with it."""
 from __future__ import annotations
 
 import contextlib
+from typing import cast
 
 from divergent.app.extensions import db
 from divergent.app.models import LIVE, Run
@@ -29,9 +30,11 @@ def stop_run(run: Run) -> bool:
                 return True
             if run.slurm_job_id is None:   # reread: the reconciler ended it meanwhile
                 return False
-        slurm_client().cancel(run.slurm_job_id)
+        # It has one now: it had, adopt_job found it, or the reread has it.
+        job_id = cast(str, run.slurm_job_id)
+        slurm_client().cancel(job_id)
         if run.sweep_id and run.started_at is None and \
-                run.slurm_job_id not in slurm_client().query([run.slurm_job_id]):
+                job_id not in slurm_client().query([job_id]):
             end_dropped_member(run, "canceled")    # Slurm dropped the waiting member
     except SlurmError as exc:
         raise Unavailable(f"Slurm did not cancel the run: {exc}") from None

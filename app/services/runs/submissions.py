@@ -8,11 +8,12 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from datetime import timedelta
+from typing import cast
 
 import sqlalchemy as sa
 from flask import current_app
 
-from divergent.app.extensions import db
+from divergent.app.extensions import db, rowcount
 from divergent.app.models import Org, Run, utcnow
 from divergent.app.services.accounts.secrets import remove_secrets_file
 from divergent.app.services.files.volumes import run_dir
@@ -41,6 +42,11 @@ def _member_job(run: Run, job_id: str) -> str:
     return f"{job_id}_{run.sweep_index}" if run.sweep_id else job_id
 
 
+def _org(org_id: int) -> Org:
+    # A run's org_id is a foreign key, and orgs are never deleted (offboarding keeps them).
+    return cast(Org, db.session.get(Org, org_id))
+
+
 def _jobs_of(org: Org, runs: list[Run]) -> tuple[dict[str, str], bool]:
     """Job ids by job name for runs of one org, from Slurm, and whether the
     answer is complete: jobs submitted since the oldest was recorded (less
@@ -54,7 +60,7 @@ def _jobs_of(org: Org, runs: list[Run]) -> tuple[dict[str, str], bool]:
 
 def adopt_job(run: Run) -> bool:
     """Gives a run without a job id the job Slurm has for it, if any."""
-    found, _ = _jobs_of(db.session.get(Org, run.org_id), [run])
+    found, _ = _jobs_of(_org(run.org_id), [run])
     if expected_job_name(run) in found:
         _adopt(run, found[expected_job_name(run)])
     return run.slurm_job_id is not None
@@ -69,9 +75,9 @@ def _adopt(run: Run, job_id: str) -> None:
 def _while_without_job(run: Run, **values) -> bool:
     """Changes a run, committed, only while it is queued without a job id:
     its submit, a stop and the reconciler may race for it. Whether it did."""
-    changed = db.session.execute(sa.update(Run).where(
+    changed = rowcount(db.session.execute(sa.update(Run).where(
         Run.id == run.id, Run.status == "queued", Run.slurm_job_id.is_(None)).values(
-        **values)).rowcount
+        **values)))
     db.session.commit()
     return bool(changed)
 
@@ -98,7 +104,7 @@ def settle_without_job(run: Run, status: str) -> bool:
         run, status=status, slurm_state=NOT_SUBMITTED if status == "failed" else None,
         ended_at=utcnow(), elapsed_seconds=0, cost_micros=0, pending_reason=None)
     if ended and run.secrets_sealed:
-        remove_secrets_file(run_dir(db.session.get(Org, run.org_id), run.name))
+        remove_secrets_file(run_dir(_org(run.org_id), run.name))
     return bool(ended)
 
 
@@ -121,7 +127,7 @@ def end_dropped_member(run: Run, status: str) -> None:
     run.status, run.ended_at, run.elapsed_seconds = status, utcnow(), 0
     run.cost_micros, run.pending_reason = 0, None
     if run.secrets_sealed:
-        remove_secrets_file(run_dir(db.session.get(Org, run.org_id), run.name))
+        remove_secrets_file(run_dir(_org(run.org_id), run.name))
     enqueue_for(run)
 
 
@@ -131,7 +137,7 @@ def settle_unsubmitted() -> int:
     Returns how many changed."""
     now = utcnow()
     grace = timedelta(seconds=current_app.config["DIV_SUBMIT_GRACE"])
-    waiting = list(db.session.execute(db.select(Run).where(
+    waiting: list[Run] = list(db.session.execute(db.select(Run).where(
         Run.status == "queued", Run.slurm_job_id.is_(None),
         Run.created_at <= now - ADOPT_AFTER)).scalars())
     by_org: dict[int, list[Run]] = defaultdict(list)
@@ -139,7 +145,7 @@ def settle_unsubmitted() -> int:
         by_org[run.org_id].append(run)
     changed = 0
     for org_id, runs in by_org.items():
-        org = db.session.get(Org, org_id)
+        org = _org(org_id)
         try:
             found, complete = _jobs_of(org, runs)
         except SlurmError as exc:   # one org's trouble holds up no other

@@ -10,6 +10,7 @@ import json
 import os
 from dataclasses import replace
 from datetime import timedelta
+from typing import cast
 
 import sqlalchemy as sa
 from flask import current_app
@@ -124,8 +125,9 @@ def _create_with_mounts(user: User, req: RunRequest, request_key: str | None) ->
     if waiting:     # a retry's copy whose submit is still being settled: it goes on
         raise Unavailable(f"the copy {waiting[0]} has no Slurm job yet; try again in a minute")
     with _stopped_on_error(copies):
+        # Each copy has its job id: `waiting` was empty.
         return create_run(user, replace(req, copies=[copy.name for copy in copies], after_jobs=[
-            copy.slurm_job_id for copy in copies]), request_key)
+            cast(str, copy.slurm_job_id) for copy in copies]), request_key)
 
 
 @contextlib.contextmanager
@@ -150,7 +152,7 @@ def check_may_start(user: User, adding: int = 1) -> None:
         raise Forbidden(f"{user.username} was removed: no new runs")
     check_room(user.org)     # a run or a copy writes to the org's volumes
     most = current_app.config["DIV_MAX_LIVE_RUNS_PER_ORG"]
-    live = db.session.execute(db.select(sa.func.count(Run.id)).where(
+    live: int = db.session.execute(db.select(sa.func.count(Run.id)).where(
         Run.org_id == user.org_id, Run.status.in_(LIVE))).scalar_one()
     if live + adding > most:
         raise Conflict(f"{user.org.name} has {live} runs queued or running; at most {most} "
@@ -166,7 +168,7 @@ def _check_submit_window(org: Org, adding: int) -> None:
     window = current_app.config["DIV_SUBMIT_WINDOW_SECONDS"]
     most = current_app.config["DIV_MAX_SUBMITS_PER_WINDOW"]
     since = utcnow() - timedelta(seconds=window)
-    started = db.session.execute(db.select(sa.func.count(Run.id)).where(
+    started: int = db.session.execute(db.select(sa.func.count(Run.id)).where(
         Run.org_id == org.id, Run.created_at >= since)).scalar_one()
     if started + adding > most:
         raise TooManySubmits(f"{org.name} started {started} runs in the last {window // 60:g} "
@@ -192,7 +194,7 @@ def prepare(org: Org, req: RunRequest) -> tuple[str | None, dict[str, str], int]
 
 def _project(org: Org, name: str) -> Project:
     query = db.select(Project).filter_by(org_id=org.id, name=name)
-    project = db.session.execute(query).scalar_one_or_none()
+    project: Project | None = db.session.execute(query).scalar_one_or_none()
     if project is None:
         add_unique(Project(org_id=org.id, name=name))   # or made now by another request
         project = db.session.execute(query).scalar_one()

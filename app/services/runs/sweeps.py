@@ -12,8 +12,9 @@ import itertools
 import math
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import selectinload
@@ -178,8 +179,8 @@ def create_sweep(user: User, req: RunRequest, axes_value: object,
                                schedule_name=schedule_name)
                        for index, values in enumerate(members)]
     inserted = _insert(org, request_key, make)
-    if inserted is None:
-        return sweep_for_request_key(org.id, request_key)
+    if inserted is None:    # the key's sweep, which _insert has just found
+        return cast(Sweep, sweep_for_request_key(org.id, request_key))
     sweep, runs = inserted
     folder = sweep_dir(org, sweep.name)
     try:
@@ -220,8 +221,9 @@ def record_array(sweep: Sweep, job_id: str) -> None:
         Run.sweep_id == sweep.id, Run.status == "queued", Run.slurm_job_id.is_(None)
     ).values(slurm_job_id=sa.literal(f"{job_id}_") + sa.cast(Run.sweep_index, sa.String)))
     db.session.commit()
-    for run in db.session.execute(db.select(Run).where(
-            Run.sweep_id == sweep.id, Run.slurm_job_id.is_(None))).scalars():
+    stopped: Iterable[Run] = db.session.execute(db.select(Run).where(
+        Run.sweep_id == sweep.id, Run.slurm_job_id.is_(None))).scalars()
+    for run in stopped:
         with contextlib.suppress(SlurmError):
             slurm_client().cancel(f"{job_id}_{run.sweep_index}")
 

@@ -64,7 +64,8 @@ def default_charts(points: list[dict]) -> list[Chart]:
 def chart_data(chart: Chart, points: list[dict]) -> dict:
     """uPlot's shape: x values, then one list per metric (None for gaps);
     points without x use their line number."""
-    xs, series = [], [[] for _ in chart.metrics]
+    xs: list[float] = []
+    series: list[list[float | None]] = [[] for _ in chart.metrics]
     for n, point in enumerate(points):
         values = [_number(point.get(m)) for m in chart.metrics]
         if all(v is None for v in values):

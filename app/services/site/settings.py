@@ -52,6 +52,7 @@ import json
 import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
+from typing import cast
 
 from flask import current_app
 
@@ -294,7 +295,8 @@ def _as_renamed_docs(catalog: dict[str, GpuType]) -> tuple[int, dict, dict] | No
         return None
     per_node = catalog[GPU_TYPES[0]].per_node
     partitions = {n: gpu.partition for n, gpu in catalog.items() if gpu.partition != n}
-    gres = {n: catalog[n].gres.split(":", 1)[1] for n in GPU_TYPES
+    # Each a GPU type's (not is_cpu, so gres is set), and not the untyped "gpu".
+    gres = {n: cast(str, catalog[n].gres).split(":", 1)[1] for n in GPU_TYPES
             if catalog[n].gres != f"gpu:{n}"}
     if default_catalog(per_node, partitions, gres) != catalog:
         return None
@@ -346,8 +348,8 @@ def _renamed(catalog: dict[str, GpuType], partitions: dict[str, str], gres: dict
                 raise SiteConfigError(f"[{what}]: unknown GPU type {name!r} "
                                       f"(known: {', '.join(catalog)})")
             _plain_name(value, f"[{what}] {name}")
-            change = {"partition": value} if what == "partitions" else {"gres": f"gpu:{value}"}
-            renamed[name] = replace(renamed[name], **change)
+            renamed[name] = (replace(renamed[name], partition=value) if what == "partitions"
+                             else replace(renamed[name], gres=f"gpu:{value}"))
     if per_node is not None:
         renamed = {n: gpu if gpu.is_cpu else replace(gpu, per_node=per_node)
                    for n, gpu in renamed.items()}

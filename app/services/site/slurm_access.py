@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from typing import cast
 
 from flask import current_app
 
@@ -63,13 +64,14 @@ def standing_in(client: SlurmClient) -> Iterator[SlurmClient]:
 
 def slurm_client() -> SlurmClient:
     """The client, each of whose calls that fails is counted for /metrics."""
+    # Counted passes every call through: to its callers it is a SlurmClient.
     if _stand_in is not None:
-        return Counted(_stand_in)
+        return cast(SlurmClient, Counted(_stand_in))
     transport = current_site().transport
     with _lock:
         if transport not in _clients:
             _clients[transport] = transport.client()
-        return Counted(_clients[transport])
+        return cast(SlurmClient, Counted(_clients[transport]))
 
 
 class Counted:
