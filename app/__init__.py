@@ -18,9 +18,8 @@ from divergent.app.web.request_args import StrictJSONProvider
 
 
 def create_app(test_config: dict | None = None, instance_path: str | None = None) -> Flask:
-    # templates/ sits at the repository's top, beside app/, as the design
-    # card lays it out: pages are what a designer edits without reading
-    # Python. static/ stays in app/ because Flask serves it from there.
+    # templates/ sits at the repository's top, beside app/: pages are what
+    # a designer edits without reading Python. static/ stays in app/ because Flask serves it from there.
     # DIV_INSTANCE_PATH: the site's keys, settings and prices elsewhere than
     # the checkout's instance/ (each of the tests' stacks has its own).
     instance_path = instance_path or os.environ.get("DIV_INSTANCE_PATH") or None

@@ -86,3 +86,11 @@ def test_a_wrong_arrow_is_seen(tmp_path, monkeypatch):
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     assert wrong_arrows("app", ("app",)) == ["app/bad.py imports cli.output",
                                               "app/bad.py imports cli.output.table"]
+
+
+def test_the_domain_order_is_the_one_app_services_documents():
+    """The order above is the one app/services/__init__.py tells a reader."""
+    from divergent.app import services
+    documented = [line.split()[0].rstrip("/") for line in (services.__doc__ or "").splitlines()
+                  if line.startswith("  ") and line.split()[0].endswith("/")]
+    assert tuple(documented) == DOMAINS
