@@ -90,6 +90,9 @@ class User(Base):
     # A dashboard session carries the epoch it began in; signing out or a
     # new password moves it on, so every earlier session cookie stops working.
     session_epoch: Mapped[int] = mapped_column(default=0, server_default="0")
+    # The member's own Unix user, where the site maps members to theirs
+    # (flask user-unix-name; submit_as = "member"): their jobs run as it.
+    unix_name: Mapped[str | None] = mapped_column(sa.String(32))
     # Offboarded (flask remove-user): no key, password or session works; the
     # runs they started stay theirs.
     removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -142,6 +145,9 @@ class Run(Base):
     name: Mapped[str] = mapped_column(sa.String(63))
     status: Mapped[str] = mapped_column(sa.String(16), default="queued")
     slurm_job_id: Mapped[str | None] = mapped_column(sa.String(32))
+    # The Unix user its job runs as (who cancels and shortens it); None:
+    # the server's own, as before a site moved to org users.
+    unix_user: Mapped[str | None] = mapped_column(sa.String(32))
     pending_reason: Mapped[str | None] = mapped_column(sa.String(64))
     # The nodes Slurm gave it (its NodeList: gpu-[1-2]), shown on its page.
     nodes: Mapped[str | None] = mapped_column(sa.String(255))

@@ -144,11 +144,11 @@ def shorten_after_restart(run: Run, record: JobRecord) -> bool:
     left = cast(int, run.time_limit_minutes) - -(-record.earlier_seconds // 60)
     try:
         if left >= 1:
-            slurm_client().shorten(_job_id(run), left)
+            slurm_client(run.unix_user).shorten(_job_id(run), left)
             log.info("%s restarted (attempt %d): %d minutes left", run.name,
                      record.restarts + 1, left)
         else:
-            slurm_client().cancel(_job_id(run))
+            slurm_client(run.unix_user).cancel(_job_id(run))
             run.stopped_for = SPENT.get(run.time_limit_by or "spend", "budget_exceeded")
     except SlurmError as exc:
         log.warning("could not shorten %s after its restart: %s", run.name, exc)
@@ -182,11 +182,11 @@ def _end_at_paid_minute(run: Run) -> None:
     # Queued, it has paid nothing; restarted after a node failure, Slurm's
     # TimeLimit counts this attempt alone: ended now, not minutes late.
     if run.started_at is None or run.restarts:
-        slurm_client().cancel(_job_id(run))
+        slurm_client(run.unix_user).cancel(_job_id(run))
         return
     paid = max(1, -(-(run.elapsed_seconds or 0) // 60))
     if run.time_limit_minutes is None or run.time_limit_minutes > paid:
-        slurm_client().shorten(_job_id(run), paid)
+        slurm_client(run.unix_user).shorten(_job_id(run), paid)
         run.time_limit_minutes = paid
     # Its time running out is then the org's limit (settle: limit_reached),
     # and its cost is capped at the minutes paid.

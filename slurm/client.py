@@ -20,7 +20,14 @@ from divergent.slurm.records import (
     parse_squeue,
     slurm_minutes,
 )
-from divergent.slurm.transport import CommandResult, LocalTransport, SlurmTransport, TransportError
+from divergent.slurm.transport import (
+    CommandNotRun,
+    CommandResult,
+    LocalTransport,
+    SlurmTransport,
+    SudoTransport,
+    TransportError,
+)
 
 log = logging.getLogger("divergent.slurm")
 
@@ -79,9 +86,20 @@ class SlurmClient:
     def __init__(self, transport: SlurmTransport | None = None) -> None:
         self.transport = transport or LocalTransport()
 
+    def as_user(self, user: str | None) -> SlurmClient:
+        """A client whose commands run as Unix user `user` (sudo over this
+        client's transport), for what a job's owner does: submit, cancel,
+        shorten. None, or this transport's own user: this client."""
+        if user is None or user == self.transport.user:
+            return self
+        return SlurmClient(SudoTransport(self.transport, user))
+
     def _call(self, argv: list[str], stdin: str | None = None) -> CommandResult:
         try:
             return self.transport.run(argv, stdin=stdin, env=TIME_ENV)
+        except CommandNotRun as exc:
+            # Certainly never reached Slurm: a submit made no job.
+            raise SubmitNotReceived(str(exc)) from exc
         except TransportError as exc:
             raise SlurmUnreachable(str(exc)) from exc
 
@@ -260,21 +278,29 @@ class SlurmClient:
                            "format=AdminLevel"]).stdout.split()
         return shown[0] if shown else "None"
 
-    def ensure_account(self, account: str, max_jobs: int | None = None) -> None:
+    def ensure_account(self, account: str, max_jobs: int | None = None,
+                       users: tuple[str, ...] = ()) -> None:
         """A Slurm account for an org, with the user Slurm's commands run as
-        (who submits) in it; at most `max_jobs` of its jobs pending or running
-        at once (GrpSubmitJobs, where slurm.conf enforces limits)."""
-        user = self.transport.user
+        and `users` (who submit its jobs) in it; at most `max_jobs` of its
+        jobs pending or running at once (GrpSubmitJobs, where slurm.conf
+        enforces limits)."""
         nothing_new = ("Nothing new added",)
         limit = [f"GrpSubmitJobs={max_jobs}"] if max_jobs is not None else []
         self._run(["sacctmgr", "-i", "add", "account", account, *limit], ok_errors=nothing_new)
         if limit:    # an account made before, by an earlier version or an admin
             self._run(["sacctmgr", "-i", "modify", "account", "where", f"name={account}", "set",
                        *limit], ok_errors=("Nothing modified",))
-        added = self._run(["sacctmgr", "-i", "add", "user", user, f"account={account}"],
-                          ok_errors=nothing_new)
-        if not any(text in added.stdout + added.stderr for text in nothing_new):
-            self._await_association(account, user)
+        self.add_users(account, (self.transport.user, *users))
+
+    def add_users(self, account: str, users: tuple[str, ...]) -> None:
+        """`users` in the account (an Operator may add them, and so may the
+        account's coordinator where the site's admins made the account)."""
+        nothing_new = ("Nothing new added",)
+        for user in dict.fromkeys(users):
+            added = self._run(["sacctmgr", "-i", "add", "user", user, f"account={account}"],
+                              ok_errors=nothing_new)
+            if not any(text in added.stdout + added.stderr for text in nothing_new):
+                self._await_association(account, user)
 
     def _await_association(self, account: str, user: str, timeout: float = 10.0) -> None:
         """A new association reaches slurmctld a moment after sacctmgr

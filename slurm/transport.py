@@ -1,5 +1,7 @@
 """Ways to run Slurm's commands: on this host (a login node) or over SSH to
-one. Both take an argv and optional stdin and give back a CommandResult."""
+one, and either of those as another Unix user through sudo (an org's jobs
+are its own user's, never the server's). Each takes an argv and optional
+stdin and gives back a CommandResult."""
 from __future__ import annotations
 
 import os
@@ -22,6 +24,11 @@ class CommandResult:
 
 class TransportError(RuntimeError):
     """Slurm's commands could not be reached at all."""
+
+
+class CommandNotRun(TransportError):
+    """The command certainly never ran (sudo refused to run it): nothing
+    reached Slurm."""
 
 
 class SlurmTransport(Protocol):
@@ -105,3 +112,33 @@ class SSHTransport:
         if self._client:
             self._client.close()
             self._client = None
+
+
+# sudo's own failures, told from the command's by these openings of its
+# stderr: the command never ran.
+SUDO_REFUSALS = ("sudo: a password is required", "sudo: unknown user", "Sorry, user ",
+                 "sudo: a terminal is required", "sudo: command not found",
+                 "sudo: unable to", "sudo: you do not exist")
+
+
+class SudoTransport:
+    """Another transport's commands run as `user`: `sudo -n -u USER --
+    COMMAND`, which the site's sudoers rule allows for Slurm's submit,
+    cancel and update commands alone (deploy/sudoers). sudo resets the
+    environment, so the command sees none of the server's."""
+
+    def __init__(self, inner: SlurmTransport, user: str) -> None:
+        self.inner, self._user = inner, user
+
+    @property
+    def user(self) -> str:
+        return self._user
+
+    def run(self, argv: list[str], stdin: str | None = None,
+            env: dict[str, str] | None = None) -> CommandResult:
+        result = self.inner.run(["sudo", "-n", "-u", self._user, "--", *argv], stdin, env)
+        if result.returncode != 0 and result.stderr.lstrip().startswith(SUDO_REFUSALS):
+            raise CommandNotRun(f"{self.inner.user} may not run {argv[0]} as {self._user} "
+                                f"({result.stderr.strip().splitlines()[0]}): the site's "
+                                "sudoers rule for divergent (docs/admins/identity.md)")
+        return result

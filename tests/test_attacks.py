@@ -27,7 +27,7 @@ from divergent.app.services.files.code import FileEntry, tree_hash
 from tests.buckets import s3_client
 from tests.serving import serving
 from tests.sshd import free_port
-from tests.stack import ROOT, SERVICE_USER, running_stack
+from tests.stack import ROOT, running_stack
 
 
 def _run_document(stdout: bytes) -> dict:
@@ -151,7 +151,7 @@ def test_root_in_the_sandbox_is_nobody_on_the_node(stack, project):
     assert "WROTE" not in out and [p.read_text() for p in sysctls] == before
     assert "uid=0\n" not in out
     job = stack.run_json("tries-root")["slurm_job_id"]
-    assert _sacct(job, "User") == SERVICE_USER                     # never root
+    assert _sacct(job, "User") == "div-e2e"          # the org's own: never root, nor the server
 
 
 def _sacct(job: str, field: str) -> str:

@@ -107,7 +107,7 @@ def values_for_run(org: Org, names: list[str]) -> dict[str, str]:
 
 
 def write_secrets_file(state_dir: str, values: dict[str, str]) -> None:
-    """The values for the batch script to read and delete (0600, made new).
+    """The values for the batch script to read and delete (made new).
     Written whole under another name, then linked in: a script waiting for
     the file never reads half of it (FileExistsError if it is there)."""
     if not values:
@@ -116,6 +116,10 @@ def write_secrets_file(state_dir: str, values: dict[str, str]) -> None:
     partial = f"{final}.{os.urandom(8).hex()}"
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
+        # Readable by the group class: under an org's ACLs that is the
+        # org's group alone (its job's user reads and deletes it), never
+        # another org's; without them, the server's own group.
+        os.fchmod(fd, 0o640)
         with os.fdopen(fd, "w") as f:
             f.write(secrets_file_text(values))
             f.flush()

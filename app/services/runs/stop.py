@@ -32,7 +32,7 @@ def stop_run(run: Run) -> bool:
                 return False
         # It has one now: it had, adopt_job found it, or the reread has it.
         job_id = cast(str, run.slurm_job_id)
-        slurm_client().cancel(job_id)
+        slurm_client(run.unix_user).cancel(job_id)
         if run.sweep_id and run.started_at is None and \
                 job_id not in slurm_client().query([job_id]):
             end_dropped_member(run, "canceled")    # Slurm dropped the waiting member

@@ -89,7 +89,7 @@ def record_job(run: Run, job_id: str) -> bool:
         return True
     log.info("%s: canceling job %s, which came after the run ended", run.name, job_id)
     try:
-        slurm_client().cancel(job_id)
+        slurm_client(run.unix_user).cancel(job_id)
     except SlurmError as exc:
         log.warning("could not cancel job %s: %s", job_id, exc)
     return False

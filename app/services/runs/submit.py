@@ -23,6 +23,7 @@ from divergent.app.services.accounts.secrets import (
     values_for_run,
     write_secrets_file,
 )
+from divergent.app.services.accounts.unix_users import ready_for_jobs
 from divergent.app.services.errors import (
     Conflict,
     Forbidden,
@@ -50,7 +51,7 @@ from divergent.app.services.runs.sizing import Sizing, size_run, sized_under_loc
 from divergent.app.services.runs.stop import stop_run
 from divergent.app.services.runs.submissions import record_job
 from divergent.app.services.runs.transfers import Transfer, run_fields
-from divergent.app.services.site.slurm_access import ensure_org_account, slurm_client, slurm_site
+from divergent.app.services.site.slurm_access import slurm_client, slurm_site
 from divergent.slurm.client import SlurmError, SubmitNotReceived, SubmitRefused
 from divergent.slurm.jobspec import ArrayMember, InvalidJobSpec, JobSpec
 from divergent.slurm.script import render_batch_script
@@ -89,8 +90,7 @@ def check_run(user: User, req: RunRequest) -> None:
         raise Conflict(f"a run named {req.name} already exists")
     script = job_script(org, req.name or "run-check", req, sizing, None)
     try:
-        ensure_org_account(org)
-        slurm_client().test_submit(script)
+        slurm_client(ready_for_jobs(user)).test_submit(script)
     except SubmitRefused as exc:
         raise refused_by_slurm(exc, req.gpu, req.gpus) from None
     except SlurmError as exc:
@@ -176,9 +176,14 @@ def _check_submit_window(org: Org, adding: int) -> None:
                              "after it ends; try again in a few minutes")
 
 
-def prepare(org: Org, req: RunRequest) -> tuple[str | None, dict[str, str], int]:
-    """What a run's job needs before it is on record: its code's folder, its
-    volumes made, its secrets' values, its project and the org's account."""
+def prepare(user: User, req: RunRequest) -> tuple[str | None, dict[str, str], int, str | None]:
+    """What a run's job needs before it is on record: the Unix user it runs
+    as, ready (its org's folders opened to it, first, before volumes are
+    made in them; the org's account), its code's folder, its volumes made,
+    its secrets' values and its project."""
+    org = user.org
+    # Before the run is on record: its grace is for sbatch alone.
+    unix_user = ready_for_jobs(user)
     code_dir = req.tool_dir
     if req.code_ref:
         code_dir = stored_tree(org, req.code_ref)
@@ -188,8 +193,7 @@ def prepare(org: Org, req: RunRequest) -> tuple[str | None, dict[str, str], int]
         ensure_volume(org, volume)
     secret_values = values_for_run(org, req.secrets)
     project_id = _project(org, req.project).id
-    ensure_org_account(org)   # before the run is on record: its grace is for sbatch alone
-    return code_dir, secret_values, project_id
+    return code_dir, secret_values, project_id, unix_user
 
 
 def _project(org: Org, name: str) -> Project:
@@ -228,10 +232,10 @@ def create_run(user: User, req: RunRequest, request_key: str | None = None,
     if req.mounts and not req.copies:
         return _create_with_mounts(user, req, request_key)
     sizing = size_run(org, req)
-    code_dir, secret_values, project_id = prepare(org, req)
+    code_dir, secret_values, project_id, unix_user = prepare(user, req)
     sizing = sized_under_lock(org, req, sizing)
     run = new_run(user, req, sizing, project_id, secret_values, request_key,
-                  schedule_name=schedule_name)
+                  schedule_name=schedule_name, unix_user=unix_user)
     run.mounts = [{"url": location.url, "path": f"/mnt/{volume}", "copy": copy}
                   for (location, volume), copy in zip(req.mounts, req.copies, strict=True)]
     made = insert_run(run, req.name)
@@ -265,7 +269,7 @@ def _forget(run: Run, state: str) -> None:
 
 def _submit(run: Run, org: Org, state: str, script: str) -> str:
     try:
-        return slurm_client().submit(script)
+        return slurm_client(run.unix_user).submit(script)
     except SubmitRefused as exc:
         _forget(run, state)
         raise refused_by_slurm(exc, run.gpu_type, run.gpus) from None

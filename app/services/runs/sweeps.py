@@ -166,7 +166,7 @@ def create_sweep(user: User, req: RunRequest, axes_value: object,
     check_may_start(user, len(members))
     run_sizing = size_run(org, req)
     _member_sizing(org, run_sizing, len(members))       # refused before anything is made
-    code_dir, secret_values, project_id = prepare(org, req)
+    code_dir, secret_values, project_id, unix_user = prepare(user, req)
     # As create_run does: sized again under the org's lock.
     sizing = _member_sizing(org, sized_under_lock(org, req, run_sizing), len(members))
 
@@ -176,7 +176,7 @@ def create_sweep(user: User, req: RunRequest, axes_value: object,
         return sweep, [new_run(user, replace(req, env={**req.env, **values}), sizing,
                                project_id, secret_values, name=f"{name}-{index}", sweep=sweep,
                                sweep_index=index, sweep_values=values,
-                               schedule_name=schedule_name)
+                               schedule_name=schedule_name, unix_user=unix_user)
                        for index, values in enumerate(members)]
     inserted = _insert(org, request_key, make)
     if inserted is None:    # the key's sweep, which _insert has just found
@@ -201,7 +201,7 @@ def create_sweep(user: User, req: RunRequest, axes_value: object,
 
 def _submit(org: Org, sweep: Sweep, runs: list[Run], script: str) -> str:
     try:
-        return slurm_client().submit(script)
+        return slurm_client(runs[0].unix_user).submit(script)
     except SubmitRefused as exc:
         _forget(org, sweep, runs)
         raise refused_by_slurm(exc, runs[0].gpu_type, runs[0].gpus) from None
@@ -225,7 +225,7 @@ def record_array(sweep: Sweep, job_id: str) -> None:
         Run.sweep_id == sweep.id, Run.slurm_job_id.is_(None))).scalars()
     for run in stopped:
         with contextlib.suppress(SlurmError):
-            slurm_client().cancel(f"{job_id}_{run.sweep_index}")
+            slurm_client(run.unix_user).cancel(f"{job_id}_{run.sweep_index}")
 
 
 def _forget(org: Org, sweep: Sweep, runs: list[Run]) -> None:

@@ -39,6 +39,13 @@ gpu add`), and [partitions], [gres] and gpus_per_node then change nothing:
     partition = "batch"        # no gres: a cpu type
     memory = 2
 
+    [identity]
+    submit_as = "org"          # each org's jobs as its own Unix user; "member": a mapped
+                               # member's own; "service": the server's (before migrating)
+    org_user = "div-{org}"     # the org's Unix user (and group), from its name
+    make_users = true          # made through deploy/divergent-org-user; false: the
+                               # site's directory (LDAP) has them
+
     [transport]
     kind = "ssh"
     host = "login1.cluster"
@@ -50,6 +57,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from typing import cast
@@ -119,10 +127,56 @@ class Transport:
         return SlurmClient(self.connect())
 
 
+SUBMIT_AS = ("org", "member", "service")
+# A Unix user name (and so a group's) as useradd takes it by default.
+UNIX_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Whose Unix user a job runs as (docs/admins/identity.md): the org's
+    own (`org_user` with the org's name in it), a mapped member's own
+    (`member`), or the server's (`service`, a site not yet migrated)."""
+
+    submit_as: str = "org"
+    org_user: str = "div-{org}"
+    make_users: bool = True
+
+    def user_of_org(self, org_name: str) -> str:
+        """The org's Unix user; Invalid when the site's template makes of
+        this name one that Unix would not take."""
+        name = self.org_user.replace("{org}", org_name)
+        if not UNIX_NAME.fullmatch(name):
+            raise Invalid(f"org {org_name!r} would run as Unix user {name!r}, which is not a "
+                          "Unix name (at most 32 lowercase letters, digits, - and _): a "
+                          "shorter org name, or the site's org_user (flask site --org-user)")
+        return name
+
+
+def _identity(table: object) -> Identity:
+    if not isinstance(table, dict):
+        raise SiteConfigError("[identity] must be a table")
+    unknown = set(table) - {f.name for f in fields(Identity)}
+    if unknown:
+        raise SiteConfigError(f"[identity]: unknown setting {sorted(unknown)[0]!r}")
+    identity = Identity(**table)
+    if identity.submit_as not in SUBMIT_AS:
+        raise SiteConfigError(f"[identity] submit_as: one of {', '.join(SUBMIT_AS)}")
+    if not isinstance(identity.make_users, bool):
+        raise SiteConfigError("[identity] make_users: true or false")
+    template = identity.org_user
+    if not isinstance(template, str) or template.count("{org}") != 1 or not UNIX_NAME.fullmatch(
+            template.replace("{org}", "o")):
+        raise SiteConfigError("[identity] org_user: a Unix name with {org} in it once, "
+                              "as div-{org}")
+    return identity
+
+
 @dataclass(frozen=True)
 class Site:
     slurm: SlurmSite = field(default_factory=SlurmSite)
     transport: Transport = field(default_factory=Transport)
+    identity: Identity = field(default_factory=Identity)
 
 
 def site_file() -> str:
@@ -182,7 +236,7 @@ def parse_site(data: dict) -> Site:
                          org_nodes=slurm.get("org_nodes", default.org_nodes))
     except InvalidJobSpec as exc:
         raise SiteConfigError(f"[slurm] {exc}") from None
-    return Site(site, _transport(transport))
+    return Site(site, _transport(transport), _identity(data.get("identity", {})))
 
 
 def _catalog(table: object) -> dict[str, GpuType]:
@@ -284,6 +338,8 @@ def site_data(site: Site) -> dict:
     data["transport"] = {f.name: value for f in fields(Transport)
                          if (value := getattr(transport, f.name)) is not None
                          and (transport.kind == "ssh" or f.name == "kind")}
+    data["identity"] = {f.name: value for f in fields(Identity)
+                        if (value := getattr(site.identity, f.name)) != f.default}
     return data
 
 
@@ -325,15 +381,17 @@ def save_site(site: Site) -> str:
     return path
 
 
-def with_changes(site: Site, slurm: dict, transport: dict | None) -> Site:
+def with_changes(site: Site, slurm: dict, transport: dict | None,
+                 identity: dict | None = None) -> Site:
     """`site` with some settings changed (`flask site`'s: partitions and GRES
     names of catalog types, GPUs a node for every GPU type, the runtime...),
     checked as a file would be."""
     changes = dict(slurm)
     catalog = _renamed(site.slurm.catalog, changes.pop("partitions", {}),
                        changes.pop("gres", {}), changes.pop("gpus_per_node", None))
-    data = site_data(Site(replace(site.slurm, catalog=catalog), site.transport))
+    data = site_data(Site(replace(site.slurm, catalog=catalog), site.transport, site.identity))
     data["slurm"].update(changes)
+    data["identity"].update(identity or {})
     if transport is not None:
         data["transport"] = transport
     return parse_site(data)

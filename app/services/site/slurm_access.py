@@ -23,7 +23,7 @@ from divergent.slurm.jobspec import SlurmSite
 
 _lock = threading.Lock()
 _clients: dict[Transport, SlurmClient] = {}
-_accounts_known: set[str] = set()
+_accounts_known: set[tuple[str, ...]] = set()
 _stand_in: SlurmClient | None = None
 # What Slurm said of partitions and nodes, kept a few seconds (cached()).
 _cache: dict[tuple[str, Transport | None], tuple[float, object]] = {}
@@ -62,8 +62,15 @@ def standing_in(client: SlurmClient) -> Iterator[SlurmClient]:
         _failures.clear()
 
 
-def slurm_client() -> SlurmClient:
-    """The client, each of whose calls that fails is counted for /metrics."""
+def is_standing_in() -> bool:
+    """Whether a stand-in answers for Slurm: it has no Unix users to act as."""
+    return _stand_in is not None
+
+
+def slurm_client(as_user: str | None = None) -> SlurmClient:
+    """The client, each of whose calls that fails is counted for /metrics;
+    with `as_user`, its commands run as that Unix user (a job's owner's:
+    submit, cancel, shorten), through sudo."""
     # Counted passes every call through: to its callers it is a SlurmClient.
     if _stand_in is not None:
         return cast(SlurmClient, Counted(_stand_in))
@@ -71,7 +78,7 @@ def slurm_client() -> SlurmClient:
     with _lock:
         if transport not in _clients:
             _clients[transport] = transport.client()
-        return cast(SlurmClient, Counted(_clients[transport]))
+        return cast(SlurmClient, Counted(_clients[transport].as_user(as_user)))
 
 
 class Counted:
@@ -102,20 +109,26 @@ class Counted:
         return counted
 
 
-def ensure_org_account(org: Org) -> None:
-    """Each org submits under its own Slurm account; made on first use, then
-    remembered for the life of the process."""
-    if org.slurm_account in _accounts_known or not slurm_site().make_accounts:
+def ensure_org_account(org: Org, users: tuple[str, ...] = ()) -> None:
+    """Each org submits under its own Slurm account, with the Unix users
+    its jobs run as (`users`) in it; made on first use (or, where the
+    site's admins make accounts, the users added to it: the service user is
+    its coordinator), then remembered for the life of the process."""
+    known = (org.slurm_account, *users)
+    if known in _accounts_known or not (slurm_site().make_accounts or users):
         return
     try:
-        slurm_client().ensure_account(org.slurm_account,
-                                      current_app.config["DIV_MAX_LIVE_RUNS_PER_ORG"])
+        if slurm_site().make_accounts:
+            slurm_client().ensure_account(org.slurm_account,
+                                          current_app.config["DIV_MAX_LIVE_RUNS_PER_ORG"], users)
+        else:   # the site's account: its users added as its coordinator may
+            slurm_client().add_users(org.slurm_account, users)
     except SlurmError as exc:
         # Accounting down (slurmdbd): an account made before still works,
         # and sbatch itself refuses one that was never made.
         log.warning("could not make sure Slurm account %s exists: %s", org.slurm_account, exc)
         return
-    _accounts_known.add(org.slurm_account)
+    _accounts_known.add(known)
 
 
 
