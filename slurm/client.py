@@ -295,12 +295,19 @@ class SlurmClient:
     def add_users(self, account: str, users: tuple[str, ...]) -> None:
         """`users` in the account (an Operator may add them, and so may the
         account's coordinator where the site's admins made the account)."""
-        nothing_new = ("Nothing new added",)
+        nothing_new = "Nothing new added"
         for user in dict.fromkeys(users):
             added = self._run(["sacctmgr", "-i", "add", "user", user, f"account={account}"],
-                              ok_errors=nothing_new)
-            if not any(text in added.stdout + added.stderr for text in nothing_new):
+                              ok_errors=(nothing_new,))
+            made_before = nothing_new in added.stdout + added.stderr
+            try:
+                # Even one made before: another process may have made it a
+                # moment ago, and the controller not have heard yet.
                 self._await_association(account, user)
+            except SlurmError:
+                if not made_before:
+                    raise
+                # The controller away: no time lost here, sbatch judges.
 
     def _await_association(self, account: str, user: str, timeout: float = 10.0) -> None:
         """A new association reaches slurmctld a moment after sacctmgr

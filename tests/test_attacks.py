@@ -27,7 +27,7 @@ from divergent.app.services.files.code import FileEntry, tree_hash
 from tests.buckets import s3_client
 from tests.serving import serving
 from tests.sshd import free_port
-from tests.stack import ROOT, running_stack
+from tests.stack import ROOT, SERVICE_USER, running_stack
 
 
 def _run_document(stdout: bytes) -> dict:
@@ -1024,7 +1024,14 @@ def test_what_the_daemonized_server_writes_on_the_share_is_its_own_alone(stack, 
     put = stack.div("storage", "put", "umask-vol", "mine.txt", cwd=tmp_path)
     assert put.returncode == 0, put.stderr
     for path in (stack.data_dir / "share/e2e/umask-vol", stack.data_dir / "share/e2e/umask-vol/mine.txt"):
-        assert path.stat().st_mode & 0o077 == 0, (path, oct(path.stat().st_mode))
+        # The server's, and its org's group's by the ACL the org's folder
+        # gives what is made in it: no other group, no one else.
+        entries = subprocess.run(["getfacl", "-cpE", str(path)], capture_output=True, text=True,
+                                 check=True).stdout.split()
+        named = {entry.removeprefix("default:").rsplit(":", 1)[0] for entry in entries
+                 if entry.removeprefix("default:").split(":")[1]}
+        assert named == {f"user:{SERVICE_USER}", "group:div-e2e"}, (path, entries)
+        assert {"group::---", "other::---"} <= set(entries), (path, entries)
 
 
 def test_swifts_sample_account_is_not_there_only_the_stacks_own_keys(s3_server):

@@ -33,13 +33,22 @@ from tests.stack import ROOT, VENV_BIN, Stack, running_stack, service_folder
 
 # Holds a real sbatch before or after it runs while a file is there, so the
 # server can be killed with a run recorded and its job not yet made, or made
-# and not yet recorded. Checks (--test-only) are never held.
+# and not yet recorded. Checks (--test-only) are never held. It stands in
+# sudo's place on the server's PATH: the server submits as the org's Unix
+# user (sudo -n -u USER -- sbatch ...).
 SBATCH_HOLD = """#!/bin/bash
 here=$(dirname "$0")
-hold() { [ "$1" = --test-only ] && return; while [ -e "$here/$2" ]; do sleep 0.1; done; }
-hold "$1" hold-before
-out=$({sbatch} "$@"); rc=$?
-hold "$1" hold-after
+args=("$@")
+for i in "${!args[@]}"; do
+    [ "${args[$i]}" = -- ] && { command=${args[$((i + 1))]}; first=${args[$((i + 2))]:-}; break; }
+done
+hold() {
+    [ "${command:-}" = sbatch ] && [ "$first" != --test-only ] || return 0
+    while [ -e "$here/$1" ]; do sleep 0.1; done
+}
+hold hold-before
+out=$({sudo} "$@"); rc=$?
+hold hold-after
 [ -n "$out" ] && printf '%s\\n' "$out"
 exit $rc
 """
@@ -51,11 +60,11 @@ ON_POSTGRESQL_ALONE = pytest.mark.parametrize("faulty", ["postgresql"], indirect
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def faulty(request, slurm_cluster):
     """A stack of its own (the faults must not reach the session's), with
-    sbatch behind SBATCH_HOLD and a short grace for submits that never
+    sbatch behind SBATCH_HOLD (sudo's place on its PATH) and a short grace for submits that never
     reached Slurm."""
     hold = service_folder("div-faults-bin-")
-    (hold / "sbatch").write_text(SBATCH_HOLD.replace("{sbatch}", shutil.which("sbatch")))
-    (hold / "sbatch").chmod(0o755)
+    (hold / "sudo").write_text(SBATCH_HOLD.replace("{sudo}", shutil.which("sudo")))
+    (hold / "sudo").chmod(0o755)
     settings = {"PATH": f"{hold}:{VENV_BIN}:{os.environ['PATH']}",
                 "DIV_SUBMIT_GRACE": str(SUBMIT_GRACE)}
     postgres = POSTGRES_URL if request.param == "postgresql" else None
