@@ -6,10 +6,11 @@ job, can write in these folders: a link it puts in place of a folder or a
 file must never lead root's chown anywhere else.
 
     own_by_service_user.py USER --private DIR...
-    find DIR ! -user USER -print0 | own_by_service_user.py USER --tree DIR
+    find DIR -user root -print0 | own_by_service_user.py USER --tree DIR
 
 --private: the folder itself and what is directly in it become the user's,
-mode go-rwx (instance/, the pid folder). --tree: the paths on stdin, all
+mode go-rwx unless an ACL says who else may enter (instance/, the pid
+folder). --tree: the paths on stdin, all
 below DIR (the data folder), become the user's, each reached from DIR's
 descriptor a folder at a time, so no depth of folders costs more than two
 descriptors."""
@@ -41,12 +42,27 @@ def own(fd: int, name: str | None, uid: int, gid: int, private: bool) -> None:
             os.fchown(fd, uid, gid)
         else:
             os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
-    if private and not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
+    # A folder the server opened to org users by an ACL (the data folder
+    # inside instance/ lets their groups through) keeps it: chmod would
+    # clear the ACL's mask.
+    if private and not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077 and \
+            not _has_acl(fd, name):
         mode = stat.S_IMODE(st.st_mode) & ~0o077
         if name is None:
             os.fchmod(fd, mode)
         else:
             os.chmod(name, mode, dir_fd=fd, follow_symlinks=False)
+
+
+def _has_acl(fd: int, name: str | None) -> bool:
+    try:
+        if name is None:
+            return bool(os.getxattr(fd, "system.posix_acl_access"))
+        # getxattr takes no dir_fd: the name under the folder's descriptor.
+        return bool(os.getxattr(f"/proc/self/fd/{fd}/{name}", "system.posix_acl_access",
+                                follow_symlinks=False))
+    except OSError:
+        return False
 
 
 def main() -> None:

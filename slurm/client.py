@@ -271,6 +271,17 @@ class SlurmClient:
         node, for the SSH transport): the share must be the same path there."""
         return self._call(["test", "-d", path]).returncode == 0
 
+    def submitter_version(self) -> str:
+        """sbatch's version as this client's user runs it: whether the
+        submit path reaches Slurm as that user (sudo's rule, the user known
+        where Slurm's commands run)."""
+        return self._run(["sbatch", "--version"]).stdout.strip()
+
+    def in_account(self, account: str, user: str) -> bool:
+        """Whether `user` may submit to `account` (an association of both)."""
+        return bool(self._run(["sacctmgr", "-n", "-P", "show", "assoc", f"account={account}",
+                               f"user={user}", "format=User"]).stdout.split())
+
     def admin_level(self) -> str:
         """Slurm's AdminLevel of the user Slurm's commands run as: None,
         Operator or Administrator (sacctmgr)."""

@@ -4,11 +4,16 @@ refuses, and that all three read the same jobs the same."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from divergent.app.services.accounts.unix_users import HELPER
 from divergent.app.services.cluster.capacity import gpu_capacity
 from divergent.slurm.client import SlurmClient, SubmitRefused
 from divergent.slurm.pyslurm_client import PyslurmClient
@@ -273,3 +278,48 @@ def _wait_released(slurm: SlurmClient) -> None:
             return
         time.sleep(0.1)
     raise AssertionError("the cancelled job still holds its B300s after 30 s")
+
+
+# An org's Unix user, made by the site's root helper as an org's first run
+# makes it, and in a Slurm account of its own.
+ORG_USER, ORG_ACCOUNT = "div-xport", "xport"
+
+
+@pytest.fixture(scope="module")
+def org_user(slurm_cluster) -> str:
+    subprocess.run([HELPER, "make", ORG_USER], check=True)
+    SlurmClient().ensure_account(ORG_ACCOUNT, users=(ORG_USER,))
+    return ORG_USER
+
+
+@pytest.fixture
+def org_user_dirs(org_user):
+    """job_dirs that only the org user's group (and root) may enter, under
+    a folder that lets it through, as the share's are."""
+    base = Path(tempfile.mkdtemp(prefix="div-xport-"))
+    base.chmod(0o711)
+    dirs = tuple(base / name for name in ("state", "org", "code"))
+    for folder in (*dirs, base / "org" / "data"):
+        folder.mkdir(mode=0o700)
+        subprocess.run(["setfacl", "-m", f"g:{ORG_USER}:rwx", "-d", "-m", f"g:{ORG_USER}:rwx",
+                        str(folder)], check=True)
+    yield dirs
+    shutil.rmtree(base)
+
+
+def test_an_org_users_job_is_submitted_shortened_and_canceled_as_it_through_each_way_in(
+        slurm, org_user_dirs):
+    as_org = slurm.as_user(ORG_USER)
+    spec = spec_for(org_user_dirs, "id -un; sleep 300", account=ORG_ACCOUNT)
+    job = as_org.submit(render_batch_script(spec, SITE))
+    _wait_running(slurm, job)
+    as_org.shorten(job, 2)
+    limit = subprocess.run(["squeue", "-h", "-j", job, "-o", "%l"], capture_output=True,
+                           text=True, check=True).stdout.strip()
+    assert limit == "2:00"
+    as_org.cancel(job)
+    assert wait_for_end(slurm, job).state == "CANCELLED"
+    user = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "User", "-j", job],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert user == ORG_USER
+    assert (org_user_dirs[0] / "stdout").read_text() == f"{ORG_USER}\n"

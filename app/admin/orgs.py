@@ -1,5 +1,5 @@
-"""Orgs and users: `flask create-org`, `create-user`, `set-password`, `orgs`
-and `users`."""
+"""Orgs and users: `flask create-org`, `create-user`, `user-unix-name`,
+`set-password`, `orgs` and `users`."""
 from __future__ import annotations
 
 import click
@@ -17,6 +17,7 @@ from divergent.app.services.accounts.orgs import (
     users_by_org,
 )
 from divergent.app.services.accounts.passwords import set_password
+from divergent.app.services.accounts.unix_users import identity, map_member, ready_org
 from divergent.app.services.money.pricing import format_usd, limit_text
 
 
@@ -26,10 +27,15 @@ from divergent.app.services.money.pricing import format_usd, limit_text
               help="The Slurm account its runs use, if not one of its name (a site "
                    "with make_accounts = false maps every org to an account it made).")
 def create_org(name: str, account: str | None) -> None:
-    """Create an org (its Slurm account is made on its first run, unless the
-    site makes accounts itself)."""
+    """Create an org, and its Unix user, whose its jobs run as (unless the
+    site's directory makes it); its Slurm account is made on its first run,
+    unless the site makes accounts itself."""
+    own_user = identity().submit_as != "service"
+    if own_user:
+        identity().user_of_org(name)       # a name Unix takes, before the org is made
     org = get_or_create_org(name, account)
-    click.echo(f"org {org.name} (Slurm account {org.slurm_account})")
+    runs_as = f", jobs run as Unix user {ready_org(org)}" if own_user else ""
+    click.echo(f"org {org.name} (Slurm account {org.slurm_account}{runs_as})")
 
 
 @admin_command("org-account", bad_value="ACCOUNT")
@@ -51,6 +57,24 @@ def create_user(org_name: str, username: str, role: str) -> None:
     org = find_org(org_name)
     user = add_user(org, username, role)
     click.echo(f"user {user.username} in {org.name} ({user.role})")
+
+
+@admin_command("user-unix-name", bad_value="UNIX_NAME")
+@click.argument("username")
+@click.argument("unix_name", required=False)
+@click.option("--none", "unmap", is_flag=True, help="Their jobs run as the org's user again.")
+def user_unix_name(username: str, unix_name: str | None, unmap: bool) -> None:
+    """Map a user to their own Unix user: where the site submits as members
+    (flask site --submit-as member), their jobs run as it, so Slurm's fair
+    share, limits and sacct -u see them; the org is still billed."""
+    if (unix_name is None) == (not unmap):
+        raise click.UsageError("give UNIX_NAME, or --none")
+    user = find_user(username)
+    map_member(user, unix_name)
+    click.echo(f"{user.username}'s jobs run as "
+               f"{unix_name or 'the org' + chr(39) + 's Unix user'}"
+               + ("" if identity().submit_as == "member" else
+                  " once the site submits as members (flask site --submit-as member)"))
 
 
 @admin_command("set-password", bad_value="PASSWORD")
@@ -119,5 +143,5 @@ def remove_org_command(name: str, purge: bool, yes: bool) -> None:
     click.echo(f"{name}'s volumes and code deleted from the share")
 
 
-commands = [create_org, org_account, create_user, set_password_command, orgs, users, remove_user_command,
-            remove_org_command]
+commands = [create_org, org_account, create_user, user_unix_name, set_password_command, orgs,
+            users, remove_user_command, remove_org_command]

@@ -7,12 +7,16 @@ from typing import cast
 import click
 
 from divergent.app.admin import admin_group
+from divergent.app.services.accounts.orgs import live_orgs
+from divergent.app.services.accounts.unix_users import move_to_own_users
 from divergent.app.services.cluster.capacity import cluster_nodes
 from divergent.app.services.cluster.catalog_from_slurm import propose
 from divergent.app.services.errors import Invalid
 from divergent.app.services.money.pricing import PriceTable, change_prices, current_prices, micros, usd_text
 from divergent.app.services.site.settings import (
+    SUBMIT_AS,
     TRANSPORTS,
+    Identity,
     load_site,
     save_site,
     with_catalog,
@@ -58,6 +62,15 @@ def _transport(kind: str | None, **ssh) -> dict | None:
 @click.option("--org-nodes", type=click.Choice(ORG_NODES),
               help="exclusive: no two orgs' runs share a node (slurm.conf: "
                    "MCSPlugin=mcs/account, MCSParameters=ondemand,select); shared: they may.")
+@click.option("--submit-as", type=click.Choice(SUBMIT_AS),
+              help="Whose Unix user jobs run as: each org's own (made for it), a mapped "
+                   "member's own (flask user-unix-name), or the server's (a site not yet "
+                   "moved: `--submit-as org` moves it, making every org's user).")
+@click.option("--org-user", metavar="TEMPLATE",
+              help="Each org's Unix user's name, with {org} in it (default div-{org}).")
+@click.option("--unix-users", type=click.Choice(["make", "existing"]),
+              help="make: divergent makes org users (deploy/identity); existing: the "
+                   "site's directory has them.")
 @click.option("--transport", type=click.Choice(TRANSPORTS),
               help="Run Slurm's commands on this host, on a login node over SSH, or call "
                    "Slurm's C API here through pyslurm (see flask doctor).")
@@ -69,7 +82,8 @@ def _transport(kind: str | None, **ssh) -> dict | None:
               help="known_hosts with the login node's key (else the system's): never trust on first use.")
 @click.pass_context
 def site(ctx, partitions, gres, runtime, gpus_per_node, scratch_root, qos, accounts, run_network,
-         org_nodes, transport, ssh_host, ssh_user, ssh_key, ssh_port, ssh_known_hosts) -> None:
+         org_nodes, submit_as, org_user, unix_users, transport, ssh_host, ssh_user, ssh_key,
+         ssh_port, ssh_known_hosts) -> None:
     """Show the site's Slurm settings, or change them. The server and the
     reconciler reread them on their next request or cycle; check the result
     with `flask doctor`."""
@@ -85,9 +99,20 @@ def site(ctx, partitions, gres, runtime, gpus_per_node, scratch_root, qos, accou
         changes["make_accounts"] = accounts == "make"
     wire = _transport(transport, host=ssh_host, user=ssh_user, key_path=ssh_key, port=ssh_port,
                       known_hosts=ssh_known_hosts)
-    if changes or wire:
-        current = with_changes(current, changes, wire)
+    who = {key: value for key, value in (("submit_as", submit_as), ("org_user", org_user))
+           if value}
+    if unix_users is not None:
+        who["make_users"] = unix_users == "make"
+    if changes or wire or who:
+        moving = current.identity.submit_as == "service" and who.get("submit_as") not in (
+            None, "service")
+        current = with_changes(current, changes, wire, who)
         click.echo(f"saved {save_site(current)}", err=True)
+        if moving:
+            for line in move_to_own_users(live_orgs()):
+                click.echo(line, err=True)
+            click.echo("runs that were live go on as the server's user until they end",
+                       err=True)
     slurm = current.slurm
     click.echo(f"runtime        {slurm.runtime}")
     per_node = {gpu.per_node for gpu in slurm.catalog.values() if not gpu.is_cpu}
@@ -98,7 +123,16 @@ def site(ctx, partitions, gres, runtime, gpus_per_node, scratch_root, qos, accou
     click.echo(f"run network    {slurm.run_network}")
     click.echo(f"org nodes      {slurm.org_nodes}")
     click.echo(f"Slurm on       {current.transport.describe()}")
+    click.echo(f"jobs run as    {_runs_as(current.identity)}")
     _catalog_table(slurm.catalog)
+
+
+def _runs_as(identity: Identity) -> str:
+    made = "made by divergent" if identity.make_users else "the site's directory's"
+    if identity.submit_as == "service":
+        return "the server's own Unix user (move: flask site --submit-as org)"
+    org = f"each org's own Unix user ({identity.org_user}, {made})"
+    return org if identity.submit_as == "org" else f"a mapped member's own, else {org}"
 
 
 def _catalog_table(catalog: dict[str, GpuType], prices: dict[str, int] | None = None) -> None:

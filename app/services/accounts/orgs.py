@@ -46,6 +46,12 @@ def get_or_create_org(name: str, account: str | None = None) -> Org:
     return org
 
 
+def live_orgs() -> list[Org]:
+    """Every org not removed, by name."""
+    return list(db.session.execute(db.select(Org).where(Org.removed_at.is_(None))
+                                   .order_by(Org.name)).scalars())
+
+
 def find_org(name: str) -> Org:
     org = db.session.execute(db.select(Org).filter_by(name=name)).scalar_one_or_none()
     if org is None:

@@ -16,10 +16,11 @@ import stat
 import subprocess
 import threading
 
+from divergent.app.extensions import db
 from divergent.app.models import Org, User
-from divergent.app.services.errors import Unavailable
+from divergent.app.services.errors import Invalid, Unavailable
 from divergent.app.services.files.volumes import data_path
-from divergent.app.services.site.settings import Identity
+from divergent.app.services.site.settings import UNIX_NAME, Identity
 from divergent.app.services.site.slurm_access import current_site, ensure_org_account, is_standing_in
 
 HELPER = "/usr/local/sbin/divergent-org-user"
@@ -72,14 +73,49 @@ def ready_for_jobs(user: User) -> str | None:
     key = (data_path(), org.name, name)
     with _lock:
         if key not in _ready:
-            org_user = identity().user_of_org(org.name)
-            make_org_user(org_user)
+            org_user = ready_org(org)
             if name != org_user:
                 _member_in_group(org_user, name)
-            open_org_folders(org, org_user)
             _ready.add(key)
     ensure_org_account(org, users=(name,))
     return name
+
+
+def ready_org(org: Org) -> str:
+    """The org's Unix user, made if missing, and its folders open to it."""
+    org_user = identity().user_of_org(org.name)
+    make_org_user(org_user)
+    open_org_folders(org, org_user)
+    return org_user
+
+
+def move_to_own_users(orgs: list[Org]) -> list[str]:
+    """What `flask site --submit-as org` does on a site whose jobs ran as
+    the server: each org's user made, its folders (and what earlier jobs
+    left in them, all the server's) opened to its group, the user put in
+    its Slurm account. A line for each org, saying what was done."""
+    lines = []
+    for org in orgs:
+        name = identity().user_of_org(org.name)
+        made = not _exists(name)
+        ready_org(org)
+        ensure_org_account(org, users=(name,))
+        lines.append(f"{org.name}: its jobs run as {name}{' (made now)' if made else ''}; "
+                     f"its folders are open to group {name}")
+    return lines
+
+
+def map_member(user: User, unix_name: str | None) -> None:
+    """`user`'s jobs run as Unix user `unix_name` where the site submits as
+    members (None: as the org's); it must exist here."""
+    if unix_name is not None:
+        if not UNIX_NAME.fullmatch(unix_name) or unix_name == "root":
+            raise Invalid(f"{unix_name!r} is not a member's Unix user name")
+        if not _exists(unix_name):
+            raise Invalid(f"no Unix user {unix_name} on this host (the site's directory "
+                          "must have it here and on every node)")
+    user.unix_name = unix_name
+    db.session.commit()
 
 
 def _helper(*args: str) -> None:

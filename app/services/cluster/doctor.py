@@ -1,8 +1,8 @@
 """`flask doctor`: checks the setup end to end and says what is wrong in
 plain words: the site's settings, the database's migrations, Slurm through
 the configured transport (controller, accounting, partitions and GRES), the
-share (writable here, present where Slurm runs), a reconciler at work, the
-prices and the secrets' keys."""
+share (writable here, present where Slurm runs), the Unix users jobs run as,
+a reconciler at work, the prices and the secrets' keys."""
 from __future__ import annotations
 
 import os
@@ -19,6 +19,7 @@ from flask import current_app
 from divergent.app.extensions import db
 from divergent.app.models import Lease, utcnow
 from divergent.app.services import leases
+from divergent.app.services.accounts.orgs import live_orgs
 from divergent.app.services.accounts.secrets import seal, unseal
 from divergent.app.services.errors import ServiceError
 from divergent.app.services.files.volumes import data_path
@@ -26,7 +27,7 @@ from divergent.app.services.money.pricing import current_prices
 from divergent.app.services.site.settings import Site, SiteConfigError, load_site, site_file
 from divergent.slurm.client import SlurmClient, SlurmError, SlurmUnreachable
 from divergent.slurm.pyslurm_client import INSTALL_HINT, load_pyslurm, series
-from divergent.slurm.transport import LocalTransport
+from divergent.slurm.transport import LocalTransport, TransportError
 
 
 @dataclass
@@ -222,6 +223,49 @@ def _accounts(client: SlurmClient, _: dict) -> str:
     return f"{user} makes each org's account (AdminLevel {level})"
 
 
+@_needs_slurm
+def _job_users(client: SlurmClient, _: dict) -> str:
+    """Every org's Unix user, and every mapped member's: there where Slurm's
+    commands run, reached by the submit path (sudo), in the org's account."""
+    site = load_site()
+    server = client.transport.user
+    if site.identity.submit_as == "service":
+        raise Problem(f"jobs run as {server}, the server's own Unix user: a run that escaped "
+                      "its sandbox could read every org's data; `flask site --submit-as org`")
+    checked, waiting = 0, []
+    for org in live_orgs():
+        names = [site.identity.user_of_org(org.name)]
+        if site.identity.submit_as == "member":
+            names += [u.unix_name for u in org.users if u.unix_name and u.removed_at is None]
+        for name in dict.fromkeys(names):
+            if not _known_to(client, name):
+                if name == names[0] and site.identity.make_users:
+                    waiting.append(name)        # made by its org's first run
+                    continue
+                raise Problem(f"{name} (of {org.name}) is no Unix user where Slurm's "
+                              f"commands run ({site.transport.describe()})")
+            try:
+                client.as_user(name).submitter_version()
+            except SlurmError as exc:
+                raise Problem(f"{server} cannot submit as {name} (of {org.name}): {exc}") from None
+            if not client.in_account(org.slurm_account, name) and not site.slurm.make_accounts:
+                raise Problem(f"{name} is not in {org.slurm_account}, {org.name}'s account: "
+                              f"`sacctmgr add user {name} account={org.slurm_account}`, or make "
+                              f"{server} its coordinator")
+            checked += 1
+    later = f"; {len(waiting)} made on their org's first run" if waiting else ""
+    users = f"{checked} Unix user{'' if checked == 1 else 's'}"
+    return (f"{users} reached through sudo as {server}{later} (the nodes must know them too: "
+            "the site's directory)")
+
+
+def _known_to(client: SlurmClient, name: str) -> bool:
+    try:
+        return client.transport.run(["getent", "passwd", name]).returncode == 0
+    except TransportError as exc:
+        raise Problem(f"could not look {name} up: {exc}") from None
+
+
 def _reconciler(_: dict) -> str:
     lease = db.session.get(Lease, leases.RECONCILER)
     if lease is None:
@@ -261,6 +305,7 @@ CHECKS = (("site settings", _site), ("database", _database), ("Slurm", _slurm),
           ("accounting", _accounting), ("accounts", _accounts), ("pyslurm", _pyslurm),
           ("partitions and GPUs", _partitions),
           ("share", _share), ("run network", _run_network), ("org nodes", _org_nodes),
+          ("job users", _job_users),
           ("reconciler", _reconciler), ("prices", _prices),
           ("secrets", _secrets_keys))
 
