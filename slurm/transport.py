@@ -117,6 +117,7 @@ class SSHTransport:
 # sudo's own failures, told from the command's by these openings of its
 # stderr: the command never ran.
 SUDO_REFUSALS = ("sudo: a password is required", "sudo: unknown user", "Sorry, user ",
+                 "sudo: sorry, ",
                  "sudo: a terminal is required", "sudo: command not found",
                  "sudo: unable to", "sudo: you do not exist")
 

@@ -1106,3 +1106,39 @@ def test_a_place_a_run_made_unwritable_is_a_409_never_the_shares_fault(stack, pr
     assert (put.status_code, deleted.status_code) == (409, 409), (put.text, deleted.text)
     assert "a run may have changed it" in put.json()["error"]
     stack.div("run", "--gpu", "cpu", "--no-upload", "--", "chmod 755 /mnt/locked/in", cwd=project)
+
+
+def test_the_server_may_act_as_org_users_with_slurms_commands_alone(slurm_cluster):
+    """What a compromised server could do with its sudo rule: submit, cancel
+    and update jobs as org users, and make org users; nothing as root, no
+    shell, no other command, no other user, no environment of its own."""
+    from divergent.app.services.accounts.unix_users import HELPER
+    from divergent.slurm.transport import SUDO_REFUSALS
+    for name in ("div-e2e", "div-other"):
+        subprocess.run([HELPER, "make", name], check=True)
+
+    def as_server(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["setpriv", f"--reuid={SERVICE_USER}", f"--regid={SERVICE_USER}",
+                               "--init-groups", "--", "sudo", "-n", *argv],
+                              capture_output=True, text=True, timeout=30)
+
+    assert as_server("-u", "div-e2e", "--", "/usr/bin/sbatch", "--version").returncode == 0
+    refused = [("-u", "root", "--", "/usr/bin/sbatch", "--version"),
+               ("-u", "nobody", "--", "/usr/bin/sbatch", "--version"),
+               ("-u", "div-e2e", "--", "/bin/bash", "-c", "id"),
+               ("-u", "div-e2e", "--", "/usr/bin/scontrol", "show", "config"),
+               ("-u", "div-e2e", "LD_PRELOAD=/tmp/x.so", "/usr/bin/sbatch", "--version"),
+               ("-u", "div-e2e", "-E", "--", "/usr/bin/sbatch", "--version"),
+               ("--", "/usr/bin/sbatch", "--version"),               # as root
+               ("--", "/usr/sbin/useradd", "mallory")]
+    for argv in refused:
+        done = as_server(*argv)
+        assert done.returncode == 1 and done.stderr.startswith(SUDO_REFUSALS), (argv, done)
+    helper_refuses = [("make", "root"), ("make", "mallory"), ("make", "div-x;id"),
+                      ("member", "div-e2e", "root"), ("member", "div-e2e", "div-other"),
+                      ("member", "div-e2e", "nobody"), ("member", "root", SERVICE_USER)]
+    for args in helper_refuses:
+        done = as_server(HELPER, *args)
+        assert done.returncode == 2 and "divergent-org-user:" in done.stderr, (args, done)
+    assert "div-e2e" not in subprocess.run(["id", "-nG", "root"], capture_output=True,
+                                           text=True).stdout

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -95,3 +96,34 @@ def test_an_org_whose_account_the_site_never_made_is_refused_in_one_line(site2, 
     lines = done.stderr.decode().strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, lines
     assert "Invalid account" in lines[0] and "flask org-account ORG ACCOUNT" in lines[0]
+
+
+def _assoc_limit(user: str, account: str) -> str:
+    shown = subprocess.run(["scontrol", "show", "assoc_mgr", "flags=assoc", f"users={user}",
+                            f"accounts={account}"], capture_output=True, text=True).stdout
+    return shown.split("MaxSubmitJobs=", 1)[1].split("(", 1)[0] if "MaxSubmitJobs=" in shown else ""
+
+
+def test_slurms_own_per_user_limits_hold_for_the_orgs_unix_user(site2, project):
+    # The org's user went into lab-e2e on its first run, added by the
+    # service user as the account's coordinator: the site's admins limit it
+    # as any user of theirs, and Slurm enforces it, server or no server.
+    held = site2.div("run", "--gpu", "cpu", "-d", "--no-upload", "--name", "holds-the-one",
+                     "--", "sleep 120", cwd=project)
+    assert held.returncode == 0, held.stderr
+    limit = ["sacctmgr", "-i", "modify", "user", "where", "name=div-e2e", "account=lab-e2e",
+             "set"]
+    subprocess.run([*limit, "MaxSubmitJobs=1"], capture_output=True, check=True)
+    try:
+        for _ in range(100):
+            if _assoc_limit("div-e2e", "lab-e2e") == "1":
+                break
+            time.sleep(0.1)
+        refused = site2.div("run", "--gpu", "cpu", "--no-upload", "--name", "one-too-many",
+                            "--", "true", cwd=project)
+        assert refused.returncode == 2, refused.stderr
+        assert b"Job violates accounting/QOS policy" in refused.stderr, refused.stderr
+        assert site2.api("GET", "/runs/one-too-many").status_code == 404     # not kept
+    finally:
+        subprocess.run([*limit, "MaxSubmitJobs=-1"], capture_output=True, check=True)
+        site2.div("stop", "holds-the-one", cwd=project)

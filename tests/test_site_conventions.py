@@ -61,8 +61,8 @@ def test_a_partitions_max_time_caps_the_runs_time_limit_and_the_header_says_so(a
 
 def test_orgs_use_the_accounts_the_sites_admins_made_when_it_says_so(runner, app, tmp_path):
     app.config["DIV_SITE_FILE"] = str(tmp_path / "site.toml")
-    assert "org vision (Slurm account lab-vision)" in flask(
-        runner, "create-org", "vision", "--account", "lab-vision")
+    assert flask(runner, "create-org", "vision", "--account", "lab-vision").startswith(
+        "org vision (Slurm account lab-vision")
     assert "'lab-vision' is another org's" in flask(runner, "create-org", "nlp", "--account",
                                                      "lab-vision", code=2)
     assert "accounts       existing" in flask(runner, "site", "--accounts", "existing",
@@ -137,3 +137,23 @@ def test_a_null_gpu_or_image_is_the_default_as_if_not_sent(app_context):
     """The API's description lets every optional field be null: never a 500."""
     sent = request(gpu=None, image=None)
     assert (sent.gpu, sent.image) == ("h100", DEFAULT_IMAGE)
+
+
+@pytest.mark.parametrize("setting, says", [
+    ('submit_as = "root"', "submit_as: one of org, member, service"),
+    ('org_user = "jobs"', "org_user: a Unix name with {org} in it once"),
+    ('org_user = "{org}-{org}"', "org_user: a Unix name with {org} in it once"),
+    ('org_user = "Div {org}"', "org_user: a Unix name with {org} in it once"),
+    ("make_users = 1", "make_users: true or false"),
+    ("shell = true", "unknown setting 'shell'")])
+def test_bad_identity_settings_say_which(runner, app, tmp_path, setting, says):
+    app.config["DIV_SITE_FILE"] = str(tmp_path / "site.toml")
+    (tmp_path / "site.toml").write_text(f"[identity]\n{setting}\n")
+    assert says in flask(runner, "site", code=1)
+
+
+def test_an_org_whose_unix_user_name_would_be_too_long_is_never_made(runner, app):
+    name = "a-very-long-org-name-of-29-chr"
+    assert "would run as Unix user 'div-a-very-long-org-name-of-29-chr', which is not a Unix " \
+           "name" in flask(runner, "create-org", name, code=2)
+    assert "no org named" in flask(runner, "create-user", name, "someone", code=1)

@@ -148,3 +148,27 @@ def test_jobs_named_says_when_accounting_could_not_be_asked():
     transport = slurm_with("90|div-run-c|2000\n", SlurmError("slurmdbd down"))
     found, complete = SlurmClient(transport).jobs_named(["div-run-c"], "acme", 1000)
     assert found == {"div-run-c": "90"} and complete is False
+
+
+def test_an_org_users_commands_go_through_sudo_and_a_refusal_submits_nothing():
+    transport = answering("87;acme\n")
+    as_org = SlurmClient(transport).as_user("div-acme")
+    assert as_org.submit(SCRIPT) == "87"
+    as_org.cancel("87")
+    assert [call.argv for call in transport.calls] == [
+        ["sudo", "-n", "-u", "div-acme", "--", "sbatch", "--parsable"],
+        ["sudo", "-n", "-u", "div-acme", "--", "scancel", "87"]]
+    assert transport.calls[0].stdin == SCRIPT
+    # The transport's own user, or none: the client itself, no sudo.
+    client = SlurmClient(transport)
+    assert client.as_user(None) is client and client.as_user("divergent") is client
+    # sudo refusing (no rule for this user) certainly made no job: not "unsure".
+    refused = answering("", "sudo: a password is required\n", returncode=1)
+    with pytest.raises(SubmitNotReceived, match="divergent may not run sbatch as div-other "
+                                                r"\(sudo: a password is required\)"):
+        SlurmClient(refused).as_user("div-other").submit(SCRIPT)
+    # sbatch's own failure through sudo is sbatch's, judged as ever.
+    slurm_refused = answering("", "sbatch: error: Batch job submission failed: Invalid account\n",
+                              returncode=1)
+    with pytest.raises(SubmitRefused, match="Invalid account"):
+        SlurmClient(slurm_refused).as_user("div-acme").submit(SCRIPT)

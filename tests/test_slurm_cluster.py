@@ -313,6 +313,12 @@ def test_an_org_users_job_is_submitted_shortened_and_canceled_as_it_through_each
     spec = spec_for(org_user_dirs, "id -un; sleep 300", account=ORG_ACCOUNT)
     job = as_org.submit(render_batch_script(spec, SITE))
     _wait_running(slurm, job)
+    stdout = org_user_dirs[0] / "stdout"
+    for _ in range(100):            # the command has started, as its user
+        if stdout.exists() and stdout.read_text():
+            break
+        time.sleep(0.1)
+    assert stdout.read_text() == f"{ORG_USER}\n"
     as_org.shorten(job, 2)
     limit = subprocess.run(["squeue", "-h", "-j", job, "-o", "%l"], capture_output=True,
                            text=True, check=True).stdout.strip()
@@ -322,4 +328,3 @@ def test_an_org_users_job_is_submitted_shortened_and_canceled_as_it_through_each
     user = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "User", "-j", job],
                           capture_output=True, text=True, check=True).stdout.strip()
     assert user == ORG_USER
-    assert (org_user_dirs[0] / "stdout").read_text() == f"{ORG_USER}\n"

@@ -8,6 +8,7 @@ from divergent.app.admin import admin_command
 from divergent.app.models import ROLES
 from divergent.app.services.accounts.offboarding import purge_volumes, remove_org, remove_user
 from divergent.app.services.accounts.orgs import (
+    ORG_NAME,
     add_user,
     find_org,
     find_user,
@@ -17,7 +18,12 @@ from divergent.app.services.accounts.orgs import (
     users_by_org,
 )
 from divergent.app.services.accounts.passwords import set_password
-from divergent.app.services.accounts.unix_users import identity, map_member, ready_org
+from divergent.app.services.accounts.unix_users import (
+    IdentityUnavailable,
+    identity,
+    map_member,
+    ready_org,
+)
 from divergent.app.services.money.pricing import format_usd, limit_text
 
 
@@ -31,10 +37,15 @@ def create_org(name: str, account: str | None) -> None:
     site's directory makes it); its Slurm account is made on its first run,
     unless the site makes accounts itself."""
     own_user = identity().submit_as != "service"
-    if own_user:
+    if own_user and ORG_NAME.fullmatch(name):
         identity().user_of_org(name)       # a name Unix takes, before the org is made
     org = get_or_create_org(name, account)
-    runs_as = f", jobs run as Unix user {ready_org(org)}" if own_user else ""
+    runs_as = ""
+    if own_user:
+        try:
+            runs_as = f", jobs run as Unix user {ready_org(org)}"
+        except IdentityUnavailable as exc:
+            runs_as = f"; its Unix user is made on its first run, if it can be then: {exc}"
     click.echo(f"org {org.name} (Slurm account {org.slurm_account}{runs_as})")
 
 
