@@ -121,16 +121,21 @@ node-torch: cluster
 
 # The SSH transport's tests start a real sshd; the dashboard's, Debian's
 # Chromium (driven by Playwright's Python package, never `playwright install`);
-# the install's, Debian's nginx and systemd-analyze. A policy-rc.d keeps
-# the packages' own daemons from starting while they install.
-TOOLS := sshd ssh-keygen chromium nginx openssl systemd-analyze
+# the install's, Debian's nginx and systemd-analyze; single sign-on's, a real
+# OpenID Connect provider (node-oidc-provider, from npm, kept in
+# $(OIDC_PROVIDER)). A policy-rc.d keeps the packages' own daemons from
+# starting while they install.
+TOOLS := sshd ssh-keygen chromium nginx openssl systemd-analyze npm
+OIDC_PROVIDER := /var/cache/divergent/oidc-provider
 test-tools:
 	@for tool in $(TOOLS); do command -v $$tool >/dev/null || missing=1; done; [ -z "$$missing" ] || ( \
 		guard=; [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; guard=1; }; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			openssh-server openssh-client chromium openssl systemd \
+			openssh-server openssh-client chromium openssl systemd nodejs npm \
 			$$(apt-cache show nginx-light >/dev/null 2>&1 && echo nginx-light || echo nginx) >/dev/null; \
 		rc=$$?; [ -z "$$guard" ] || rm -f /usr/sbin/policy-rc.d; exit $$rc)
+	@[ -d $(OIDC_PROVIDER)/node_modules/oidc-provider ] || (mkdir -p $(OIDC_PROVIDER) && \
+		cd $(OIDC_PROVIDER) && npm install --no-audit --no-fund --silent oidc-provider@9.13.3)
 
 # The venv, with the package and what the requirements file $(1) lists.
 define venv_with

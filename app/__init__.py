@@ -11,7 +11,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from divergent.app import admin
 from divergent.app.config import Config
-from divergent.app.extensions import csrf, db, htmx, migrate
+from divergent.app.extensions import csrf, db, htmx, migrate, oauth
 from divergent.app.services.instance_files import instance_secret
 from divergent.app.web import errors, security_headers
 from divergent.app.web.request_args import StrictJSONProvider
@@ -51,6 +51,7 @@ def create_app(test_config: dict | None = None, instance_path: str | None = None
     security_headers.init_app(app)
     csrf.init_app(app)
     htmx.init_app(app)
+    oauth.init_app(app)
     migrate.init_app(app, db, directory=os.path.join(os.path.dirname(__file__), "..", "migrations"))
 
     from divergent.app import models  # noqa: F401  (tables known to Flask-Migrate)

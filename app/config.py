@@ -110,3 +110,16 @@ class Config:
     # Behind this many reverse proxies, the client's address is taken from
     # X-Forwarded-For (0: the connection's own address).
     DIV_PROXY_HOPS = int(os.environ.get("DIV_PROXY_HOPS", "0"))
+    # Single sign-on through the site's OpenID Connect provider
+    # (docs/admins/sso.md): off without an issuer. Its client's secret, like
+    # the SMTP password, comes from the env file (root:divergent, 0640).
+    DIV_OIDC_ISSUER = os.environ.get("DIV_OIDC_ISSUER", "")
+    DIV_OIDC_CLIENT_ID = os.environ.get("DIV_OIDC_CLIENT_ID", "divergent")
+    DIV_OIDC_CLIENT_SECRET = os.environ.get("DIV_OIDC_CLIENT_SECRET", "")
+    DIV_OIDC_NAME = os.environ.get("DIV_OIDC_NAME", "single sign-on")
+    # The claim whose values name a user's org and role: PREFIX<org> for a
+    # member, PREFIX<org>:org_admin for an org's admin.
+    DIV_OIDC_CLAIM = os.environ.get("DIV_OIDC_CLAIM", "groups")
+    DIV_OIDC_GROUP_PREFIX = os.environ.get("DIV_OIDC_GROUP_PREFIX", "divergent:")
+    # A key that `div login --sso` gets stops working after this many days.
+    DIV_OIDC_KEY_DAYS = int(os.environ.get("DIV_OIDC_KEY_DAYS", "30"))

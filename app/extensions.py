@@ -2,6 +2,7 @@
 import sqlite3
 from typing import cast
 
+from authlib.integrations.flask_client import OAuth
 from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from flask_wtf.csrf import CSRFProtect
@@ -22,6 +23,9 @@ db = SQLAlchemy(metadata=MetaData(naming_convention=NAMING))
 migrate = Migrate(render_as_batch=True)
 csrf = CSRFProtect()
 htmx = Htmx()
+# The site's OpenID Connect provider's client, registered on first use
+# (app/dashboard/sso.py).
+oauth = OAuth()
 
 
 def rowcount(result: Result) -> int:

@@ -93,6 +93,9 @@ class User(Base):
     # The member's own Unix user, where the site maps members to theirs
     # (flask user-unix-name; submit_as = "member"): their jobs run as it.
     unix_name: Mapped[str | None] = mapped_column(sa.String(32))
+    # Who the site's OpenID Connect provider says this is ("issuer sub"),
+    # once they signed in through it.
+    oidc_subject: Mapped[str | None] = mapped_column(sa.String(512), unique=True)
     # Offboarded (flask remove-user): no key, password or session works; the
     # runs they started stay theirs.
     removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -216,6 +216,18 @@ def slurm(request, slurm_cluster):
     transport.close()
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium, headless, driven by Playwright (never its own
+    download), for the dashboard's tests and single sign-on's."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        yield chromium
+        chromium.close()
+
+
 @pytest.fixture
 def job_dirs(tmp_path):
     """A state folder, an org folder with one volume, and a code folder, on a

@@ -10,21 +10,12 @@ import re
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from tests.stack import ROOT
 
 SHOTS = Path(os.environ.get("DIV_SCREENSHOTS", ROOT / "artifacts" / "screenshots"))
 PASSWORD = "browser-test-password"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        yield chromium
-        chromium.close()
 
 
 def test_watch_a_run_live_chart_it_and_stop_it(stack, project, browser):

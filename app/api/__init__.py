@@ -11,6 +11,7 @@ from divergent.app.api import (  # noqa: E402,F401
     runs,
     schedules,
     secrets,
+    sso,
     storage,
     sweeps,
     transfers,

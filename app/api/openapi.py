@@ -114,6 +114,16 @@ PATHS = {
     "/openapi.json": {"get": op("This description (no key needed)", answer(OBJECT), public=True)},
     "/health": {"get": op("Whether the server answers (no key needed)",
                           answer(obj(ok={"const": True})), public=True)},
+    "/auth/device": {"post": op(
+        "Start `div login --sso`: a code to enter at the site's sign-in provider (no key "
+        "needed; 404 where the site has no single sign-on)",
+        answer(obj(device_code=STRING, user_code=STRING, verification_uri=STRING)),
+        public=True)},
+    "/auth/device/token": {"post": op(
+        "An API key once the user signed in at the provider (202 until then)",
+        answer(obj(key=STRING, user=STRING, org=STRING, role=STRING)), public=True,
+        body=json_body(obj(device_code=STRING)),
+        **{"202": answer(obj(pending={"const": True}, interval=INTEGER))})},  # type: ignore[arg-type]
     "/whoami": {"get": op("The key's user, org, role and prefix",
                           answer(obj(user=STRING, org=STRING, role=STRING, key=STRING)))},
     "/catalog": {"get": op("The site's GPU types, node shapes and prices", answer(OBJECT))},

@@ -12,6 +12,7 @@ from divergent.app.dashboard import (  # noqa: E402,F401
     schedules,
     settings,
     spend,
+    sso,
     sweeps,
     telemetry,
     volumes,

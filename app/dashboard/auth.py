@@ -19,8 +19,10 @@ from flask import current_app, g, redirect, render_template, request, session, u
 from itsdangerous import BadSignature, URLSafeSerializer
 
 from divergent.app.dashboard import bp
+from divergent.app.models import User
 from divergent.app.services.accounts import throttle
 from divergent.app.services.accounts.passwords import end_sessions, user_for_password
+from divergent.app.services.accounts.sso import sso_name
 from divergent.app.services.errors import Forbidden
 from divergent.app.web.credentials import signed_in_user
 
@@ -86,22 +88,31 @@ def login():
         try:
             throttle.check([subject])
         except throttle.Throttled as exc:
-            return render_template("login.html", error=exc.message), 429, exc.headers
+            page, _ = login_page(exc.message)
+            return page, 429, exc.headers
         user = user_for_password(username, request.form.get("password", ""))
         if user is None:
             throttle.record_failure(subject, "a wrong password", request.remote_addr)
         else:
             throttle.forget(subject)
-            session.clear()   # a new session on sign-in: no fixation
-            session["user_id"], session["epoch"] = user.id, user.session_epoch
-            target = request.args.get("next", "")
-            # Only paths of this site: never an open redirect.
-            response = redirect(target if LOCAL_PATH.fullmatch(target)
-                                else url_for("dashboard.runs"))
+            response = signed_in(user, request.args.get("next", ""))
             _remember_device(response, user.username)
             return response
         error, status = "Wrong username or password.", 401
-    return render_template("login.html", error=error), status
+    return login_page(error, status)
+
+
+def login_page(error: str | None = None, status: int = 200):
+    return render_template("login.html", error=error, sso=sso_name()), status
+
+
+def signed_in(user: User, target: str):
+    """A new session for `user` (no fixation: the old one's contents go),
+    and the browser sent to `target` if it is a path of this site."""
+    session.clear()
+    session["user_id"], session["epoch"] = user.id, user.session_epoch
+    # Only paths of this site: never an open redirect.
+    return redirect(target if LOCAL_PATH.fullmatch(target) else url_for("dashboard.runs"))
 
 
 @bp.post("/logout")
