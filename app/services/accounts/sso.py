@@ -3,19 +3,20 @@
 and role from one claim's values, the user made or found by the provider's
 subject), and the OAuth device flow that gets `div login --sso` an API key
 without a browser on the machine it runs on. The provider's ID tokens are
-checked with authlib against the provider's published keys: its issuer,
+checked with joserfc against the provider's published keys: its issuer,
 this client as the audience, the expiry (and the nonce of the dashboard's
 sign-in, which authlib's Flask client checks)."""
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import requests
-from authlib.jose import JsonWebKey, JsonWebToken
-from authlib.jose.errors import JoseError
 from flask import current_app
+from joserfc import jwt
+from joserfc.errors import InvalidKeyIdError, JoseError
+from joserfc.jwk import KeySet, KeySetSerialization
 
 from divergent.app.extensions import db
 from divergent.app.models import User
@@ -31,9 +32,9 @@ METADATA_SECONDS = 300
 PROVIDER_TIMEOUT = 10
 
 # What an ID token may be signed with: the provider's published keys alone,
-# never "none" (which authlib's default decoder takes) nor a shared secret.
-ID_TOKEN_JWT = JsonWebToken(["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256",
-                             "ES384", "ES512", "EdDSA"])
+# never "none" (which authlib's older decoder took) nor a shared secret.
+ID_TOKEN_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
+                       "ES512", "EdDSA"]
 
 _kept: dict[str, tuple[float, dict[str, Any]]] = {}
 _lock = threading.Lock()
@@ -94,18 +95,20 @@ def provider() -> dict[str, Any]:
 def id_token_claims(id_token: str) -> dict[str, Any]:
     """The claims of an ID token the provider signed for this client, now
     valid; a key rolled over since they were fetched is fetched again."""
-    options = {"iss": {"essential": True, "value": provider()["issuer"]},
-               "aud": {"essential": True, "value": current_app.config["DIV_OIDC_CLIENT_ID"]},
-               "sub": {"essential": True}, "exp": {"essential": True}}
+    registry = jwt.JWTClaimsRegistry(
+        leeway=60, iss={"essential": True, "value": provider()["issuer"]},
+        aud={"essential": True, "value": current_app.config["DIV_OIDC_CLIENT_ID"]},
+        sub={"essential": True}, exp={"essential": True})
     for fresh in (False, True):
-        keys = JsonWebKey.import_key_set(_kept_json(provider()["jwks_uri"], fresh))
+        published = _kept_json(provider()["jwks_uri"], fresh)
+        keys = KeySet.import_key_set(cast(KeySetSerialization, published))
         try:
-            claims = ID_TOKEN_JWT.decode(id_token, keys, claims_options=options)
-            claims.validate(leeway=60)
-            return dict(claims)
-        except ValueError:
+            token = jwt.decode(id_token, keys, algorithms=ID_TOKEN_ALGORITHMS)
+            registry.validate(token.claims)
+            return dict(token.claims)
+        except InvalidKeyIdError:
             continue        # no key with its kid: fetched again once
-        except JoseError as exc:
+        except (JoseError, ValueError) as exc:
             raise NotSignedIn(f"the sign-in provider's token does not hold: {exc}") from None
     raise NotSignedIn("the sign-in provider's token is signed by a key it does not publish")
 
