@@ -119,7 +119,7 @@ class SSHTransport:
 SUDO_REFUSALS = ("sudo: a password is required", "sudo: unknown user", "Sorry, user ",
                  "sudo: sorry, ",
                  "sudo: a terminal is required", "sudo: command not found",
-                 "sudo: unable to", "sudo: you do not exist")
+                 "sudo: you do not exist")
 
 
 class SudoTransport:

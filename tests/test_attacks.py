@@ -27,7 +27,7 @@ from divergent.app.services.files.code import FileEntry, tree_hash
 from tests.buckets import s3_client
 from tests.serving import serving
 from tests.sshd import free_port
-from tests.stack import ROOT, SERVICE_USER, running_stack
+from tests.stack import ROOT, SERVICE_USER, WORKER, running_stack
 
 
 def _run_document(stdout: bytes) -> dict:
@@ -1134,11 +1134,19 @@ def test_the_server_may_act_as_org_users_with_slurms_commands_alone(slurm_cluste
     for argv in refused:
         done = as_server(*argv)
         assert done.returncode == 1 and done.stderr.startswith(SUDO_REFUSALS), (argv, done)
+    # Ordinary users root did not list, and one who administers the host.
+    unlisted, admin = f"unlisted-{WORKER}", f"hostadmin-{WORKER}"
+    for name, groups in ((unlisted, []), (admin, ["--groups", "sudo,div-members"])):
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", *groups,
+                        name], capture_output=True)
     helper_refuses = [("make", "root"), ("make", "mallory"), ("make", "div-x;id"),
-                      ("member", "div-e2e", "root"), ("member", "div-e2e", "div-other"),
-                      ("member", "div-e2e", "nobody"), ("member", "root", SERVICE_USER)]
+                      ("make", SERVICE_USER), ("member", "div-e2e", "root"),
+                      ("member", "div-e2e", "div-other"), ("member", "div-e2e", "nobody"),
+                      ("member", "div-e2e", SERVICE_USER), ("member", "div-e2e", unlisted),
+                      ("member", "div-e2e", admin), ("member", "root", SERVICE_USER)]
     for args in helper_refuses:
         done = as_server(HELPER, *args)
         assert done.returncode == 2 and "divergent-org-user:" in done.stderr, (args, done)
-    assert "div-e2e" not in subprocess.run(["id", "-nG", "root"], capture_output=True,
-                                           text=True).stdout
+    for name in ("root", SERVICE_USER, unlisted, admin):
+        assert "div-e2e" not in subprocess.run(["id", "-nG", name], capture_output=True,
+                                               text=True).stdout.split()

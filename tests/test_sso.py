@@ -21,7 +21,8 @@ from tests.sshd import free_port
 from tests.stack import VENV_BIN, running_stack
 
 USERS = {"ada": ["staff", "divergent:e2e"],              # new here: made, a member of e2e
-         "e2e-user": ["divergent:e2e:org_admin"],        # the org's user: linked, now its admin
+         "pre-made": ["divergent:e2e:org_admin"],        # made by an admin, unused: linked
+         "e2e-user": ["divergent:e2e:org_admin"],        # someone's, with a key: never taken
          "eve": ["divergent:e2e", "divergent:other"],     # two orgs
          "mallory": ["staff"],                            # no org
          "other-user": ["divergent:e2e"]}                 # other's user here, e2e's there
@@ -64,16 +65,19 @@ def test_the_dashboard_signs_in_through_the_provider_by_its_groups(sso_stack, br
     expect(page.locator("h1")).to_have_text("Volumes")        # where it was going
     assert _user(sso_stack, "ada") == {"name": "ada", "org": "e2e", "role": "member"}
 
-    page = _through_the_dashboard(sso_stack, browser, "e2e-user")
+    sso_stack.flask("create-user", "e2e", "pre-made")
+    page = _through_the_dashboard(sso_stack, browser, "pre-made")
     expect(page.locator("h1")).to_have_text("Volumes")
-    assert _user(sso_stack, "e2e-user")["role"] == "org_admin"
+    assert _user(sso_stack, "pre-made")["role"] == "org_admin"
 
     for login, says in (("eve", "is in the orgs e2e, other"), ("mallory", "is in no divergent org"),
-                        ("other-user", "other-user is another account here: an admin links it")):
+                        ("e2e-user", "e2e-user is another account here"),
+                        ("other-user", "other-user is another account here")):
         page = _through_the_dashboard(sso_stack, browser, login)
         expect(page.locator("[role=alert]")).to_contain_text(says)
         expect(page.locator("h1")).to_have_text("Sign in")
     assert _user(sso_stack, "eve") is None and _user(sso_stack, "mallory") is None
+    assert _user(sso_stack, "e2e-user")["role"] == "member"
 
 
 def test_div_login_sso_gets_a_key_through_the_device_flow(sso_stack, browser, tmp_path):

@@ -62,6 +62,30 @@ def test_a_runs_job_is_its_orgs_user_and_an_escape_reaches_that_org_alone(stack,
     reached = _as("div-e2e", script).splitlines()
     assert reached == ["reached: own volume"]
 
+    # Nor through the server: a log made a link to the server's key is
+    # read as no log; a run's state folder moved away, or one planted (a
+    # link, or a folder of the org's with a link in it) where a new run's
+    # goes, is never followed when the server writes its batch script.
+    secret_key = stack.instance / "secret_key"
+    runs = data / "runs/e2e"
+    canary = data / "share/other/other-secret/theirs.txt"
+    _as("div-e2e", f"ln -sf {secret_key} {runs}/whose-job/stdout; "
+                   f"mv {runs}/whose-job {runs}/moved-away; "
+                   f"ln -s {data}/share/other/other-secret {runs}/planted-link; "
+                   f"mkdir {runs}/planted-dir && ln -s {canary} {runs}/planted-dir/batch.sh")
+    assert (runs / "whose-job").is_dir()                    # sticky: not moved away
+    logs = stack.div("logs", "whose-job", cwd=project)
+    assert logs.returncode == 0 and logs.stdout == b"", logs
+    assert secret_key.read_bytes()[:8] not in logs.stdout + logs.stderr
+    for name in ("planted-link", "planted-dir"):
+        planted = stack.div("run", "--gpu", "cpu", "--no-upload", "--name", name, "--", "true",
+                            cwd=project)
+        assert planted.returncode != 0 and b"something a run left is where" in planted.stderr, \
+            planted.stderr
+        assert stack.api("GET", f"/runs/{name}").status_code == 404       # not kept
+    assert canary.read_text() == "other's data\n"
+    assert not (data / "share/other/other-secret/batch.sh").exists()
+
 
 def test_a_fork_bomb_in_one_org_leaves_the_server_and_other_orgs_starting_runs(stack, project):
     bomb = stack.div("run", "--gpu", "cpu", "-d", "--no-upload", "--name", "fork-bomb", "--",
@@ -87,6 +111,8 @@ def test_members_mapped_to_their_own_unix_users_run_as_them_and_the_org_pays(sta
     member = f"member-{WORKER}"
     subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", member],
                    capture_output=True)          # made before, by an earlier run: kept
+    # The site's root lists the users divergent may act as.
+    subprocess.run(["gpasswd", "-a", member, "div-members"], capture_output=True, check=True)
     stack.flask("create-user", "e2e", "e2e-mapped")
     key = stack.flask("create-key", "e2e-mapped").stdout.split()[-1]
     env = {**stack.div_env(), "DIV_TOKEN": key}
@@ -103,6 +129,9 @@ def test_members_mapped_to_their_own_unix_users_run_as_them_and_the_org_pays(sta
     finally:
         stack.flask("site", "--submit-as", "org")
         stack.flask("user-unix-name", "e2e-mapped", "--none")
+    # Unmapped, their own shell reaches the org's folders no more.
+    assert "div-e2e" not in subprocess.run(["id", "-nG", member], capture_output=True,
+                                           text=True).stdout.split()
     run = stack.run_json("as-member")
     # Slurm sees the member (fair share, sacct -u); the org's account is billed.
     mine = subprocess.run(["sacct", "-n", "-X", "-P", "-u", member, "-o", "JobID",

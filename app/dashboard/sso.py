@@ -4,6 +4,7 @@ nonce kept in the session, by authlib's Flask client; who the ID token says
 is let in or told why not (app/services/accounts/sso.py)."""
 from __future__ import annotations
 
+import requests
 from authlib.integrations.base_client import OAuthError
 from flask import current_app, request, session, url_for
 
@@ -43,11 +44,15 @@ def login_sso():
 @bp.get("/login/sso/done")
 def login_sso_done():
     try:
-        token = _client().authorize_access_token()
-        user = sso.user_for_claims(token["userinfo"])
+        claims = _client().authorize_access_token().get("userinfo")
+        if not claims:
+            raise sso.NotSignedIn(f"{sso.sso_name()} sent no ID token")
+        user = sso.user_for_claims(claims)
     except OAuthError as exc:
         return login_page(f"{sso.sso_name()} did not sign you in: "
                           f"{exc.description or exc.error}", 403)
+    except requests.RequestException as exc:
+        return login_page(f"{sso.sso_name()} does not answer ({exc}); try again", 503)
     except ServiceError as exc:
         return login_page(exc.message, exc.status)
     return signed_in(user, session.get("sso_next", ""))

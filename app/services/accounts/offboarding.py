@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from divergent.app.extensions import db, rowcount
 from divergent.app.models import LIVE, ApiKey, Notification, NotifyChannel, Org, Run, Schedule, User, utcnow
+from divergent.app.services.accounts.unix_users import leave_org
 from divergent.app.services.errors import Conflict, Unavailable
 from divergent.app.services.files.volumes import org_dir, trees_dir
 
@@ -27,6 +28,8 @@ def remove_user(user: User) -> int:
     user.password_hash = None
     user.session_epoch = (user.session_epoch or 0) + 1
     db.session.commit()
+    if user.unix_name:      # their own Unix user leaves the org's group
+        leave_org(user.org, user.unix_name)
     return revoked
 
 

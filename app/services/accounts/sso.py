@@ -19,7 +19,7 @@ from joserfc.errors import InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet, KeySetSerialization
 
 from divergent.app.extensions import db
-from divergent.app.models import User
+from divergent.app.models import ApiKey, User
 from divergent.app.services.accounts.keys import create_key
 from divergent.app.services.accounts.orgs import ORG_NAME, USERNAME, find_org
 from divergent.app.services.errors import Forbidden, Invalid, NotFound, Unavailable
@@ -67,9 +67,28 @@ def _get_json(url: str) -> dict[str, Any]:
     try:
         answer = requests.get(url, timeout=PROVIDER_TIMEOUT)
         answer.raise_for_status()
-        return answer.json()
-    except (requests.RequestException, ValueError) as exc:
+        return _json_object(answer)
+    except requests.RequestException as exc:
         raise Unavailable(f"the sign-in provider does not answer ({exc}); try again") from None
+
+
+def _json_object(answer: requests.Response) -> dict[str, Any]:
+    """The provider's answer as a JSON object; Unavailable when it is not one."""
+    try:
+        found = answer.json()
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        raise Unavailable(f"the sign-in provider answered {answer.status_code} with no JSON "
+                          "object; try again")
+    return found
+
+
+def _endpoint(name: str) -> str:
+    found = provider().get(name)
+    if not isinstance(found, str) or not found:
+        raise Unavailable(f"the sign-in provider names no {name}")
+    return found
 
 
 def _kept_json(url: str, fresh: bool = False) -> dict[str, Any]:
@@ -100,9 +119,9 @@ def id_token_claims(id_token: str) -> dict[str, Any]:
         aud={"essential": True, "value": current_app.config["DIV_OIDC_CLIENT_ID"]},
         sub={"essential": True}, exp={"essential": True})
     for fresh in (False, True):
-        published = _kept_json(provider()["jwks_uri"], fresh)
-        keys = KeySet.import_key_set(cast(KeySetSerialization, published))
+        published = _kept_json(_endpoint("jwks_uri"), fresh)
         try:
+            keys = KeySet.import_key_set(cast(KeySetSerialization, published))
             token = jwt.decode(id_token, keys, algorithms=ID_TOKEN_ALGORITHMS)
             registry.validate(token.claims)
             return dict(token.claims)
@@ -141,8 +160,9 @@ def membership(claims: dict[str, Any]) -> Membership:
 
 def user_for_claims(claims: dict[str, Any]) -> User:
     """The user the provider vouched for: found by its subject, else the
-    org's user of that name (their first sign-in through it), else made;
-    their role follows the provider's each time."""
+    org's user of that name that an admin made for them and no one has used
+    (their first sign-in through it), else made; their role follows the
+    provider's each time."""
     member = membership(claims)
     subject = f"{claims['iss']} {claims['sub']}"
     user: User | None = db.session.execute(
@@ -158,8 +178,10 @@ def user_for_claims(claims: dict[str, Any]) -> User:
             add_unique(User(org_id=org.id, username=name, role=member.role,
                             oidc_subject=subject, email=claims.get("email")))
             user = db.session.execute(db.select(User).filter_by(username=name)).scalar_one()
-        elif user.org.name != member.org or user.oidc_subject is not None:
-            raise NotSignedIn(f"{name} is another account here: an admin links it")
+        elif user.org.name != member.org or user.oidc_subject is not None or _in_use(user):
+            raise NotSignedIn(f"{name} is another account here: a sign-in through the "
+                              "provider takes only an account an admin made for it and no one "
+                              "has used")
     if user.removed_at is not None or user.org.removed_at is not None:
         raise NotSignedIn(f"{user.username} was removed")
     if user.org.name != member.org:
@@ -170,6 +192,13 @@ def user_for_claims(claims: dict[str, Any]) -> User:
     user.oidc_subject = subject
     db.session.commit()
     return user
+
+
+def _in_use(user: User) -> bool:
+    """Whether someone uses the account already (a password, a key) or it
+    is a site admin's: never taken over by a name at the provider."""
+    keys = db.session.execute(db.select(ApiKey.id).filter_by(user_id=user.id)).first()
+    return user.role == "site_admin" or user.password_hash is not None or keys is not None
 
 
 def _client_auth() -> tuple[str, str]:
@@ -193,7 +222,10 @@ def start_device_sign_in() -> dict[str, Any]:
     answer = _post(endpoint, {"scope": SCOPES})
     if answer.status_code != 200:
         raise Unavailable(f"the sign-in provider refused a device code ({answer.text[:200]})")
-    found = answer.json()
+    found = _json_object(answer)
+    if not all(isinstance(found.get(key), str) for key in ("device_code", "user_code",
+                                                           "verification_uri")):
+        raise Unavailable("the sign-in provider's device code lacks its parts")
     return {key: found[key] for key in ("device_code", "user_code", "verification_uri",
                                         "verification_uri_complete", "expires_in", "interval")
             if key in found}
@@ -212,10 +244,9 @@ def finish_device_sign_in(device_code: object, host: str) -> tuple[User, str]:
     (StillWaiting before that); the key expires as the site says."""
     if not isinstance(device_code, str) or not 0 < len(device_code) <= 512:
         raise Invalid("device_code: the code `POST /auth/device` gave")
-    answer = _post(provider()["token_endpoint"], {"grant_type": DEVICE_GRANT,
-                                                  "device_code": device_code})
-    found = answer.json() if answer.headers.get("content-type", "").startswith(
-        "application/json") else {}
+    answer = _post(_endpoint("token_endpoint"), {"grant_type": DEVICE_GRANT,
+                                                 "device_code": device_code})
+    found = _json_object(answer)
     error = found.get("error")
     if error in ("authorization_pending", "slow_down"):
         raise StillWaiting(10 if error == "slow_down" else 5)
@@ -223,7 +254,7 @@ def finish_device_sign_in(device_code: object, host: str) -> tuple[User, str]:
         raise NotSignedIn("the sign-in was declined at the provider")
     if error == "expired_token":
         raise Invalid("the code expired: run `div login --sso` again")
-    if answer.status_code != 200 or "id_token" not in found:
+    if answer.status_code != 200 or not isinstance(found.get("id_token"), str):
         raise Unavailable(f"the sign-in provider did not sign you in ({error or answer.status_code})")
     user = user_for_claims(id_token_claims(found["id_token"]))
     name = f"div login --sso from {host}"[:64]

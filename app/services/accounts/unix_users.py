@@ -31,6 +31,8 @@ RUNAS_GROUP = "div-orgs"
 # volumes, state folders and sweeps' files; read the code trees and blobs,
 # which only the server writes.
 ORG_FOLDERS = {"share": "rwX", "runs": "rwX", "sweeps": "rwX", "trees": "rX", "blobs": "rX"}
+# Where the server makes each run's and sweep's state folder: sticky.
+STICKY = ("runs", "sweeps")
 # The transfer program's folder: every org's jobs read it.
 TOOLS = "tools"
 ACL_DEFAULT = "system.posix_acl_default"
@@ -114,8 +116,25 @@ def map_member(user: User, unix_name: str | None) -> None:
         if not _exists(unix_name):
             raise Invalid(f"no Unix user {unix_name} on this host (the site's directory "
                           "must have it here and on every node)")
+        taken = db.session.execute(db.select(User).where(
+            User.unix_name == unix_name, User.id != user.id)).scalars().first()
+        if taken is not None:
+            raise Invalid(f"{unix_name} is {taken.username}'s (of {taken.org.name}) already: "
+                          "one Unix user, one member")
+    was = user.unix_name
     user.unix_name = unix_name
     db.session.commit()
+    if was and was != unix_name:
+        leave_org(user.org, was)
+
+
+def leave_org(org: Org, unix_name: str) -> None:
+    """A member's Unix user out of the org's group again (unmapped, or
+    removed): their own shell no longer reaches the org's folders."""
+    if identity().make_users and identity().submit_as != "service":
+        with _lock:
+            _ready.discard((data_path(), org.name, unix_name))
+        _helper("leave", identity().user_of_org(org.name), unix_name)
 
 
 def _helper(*args: str) -> None:
@@ -199,6 +218,10 @@ def open_org_folders(org: Org, group: str) -> None:
         _let_through(os.path.dirname(path))
         if not _has_default_acl(path):
             _open_tree(path, f"g:{RUNAS_GROUP if top == TOOLS else group}:{perms}")
+        if top in STICKY:
+            # The state folders the server makes in it stay where it made
+            # them: no job renames one away to put a link in its place.
+            os.chmod(path, stat.S_IMODE(os.stat(path).st_mode) | stat.S_ISVTX)
 
 
 def _let_through(folder: str) -> None:

@@ -21,7 +21,7 @@ from divergent.app.models import Lease, utcnow
 from divergent.app.services import leases
 from divergent.app.services.accounts.orgs import live_orgs
 from divergent.app.services.accounts.secrets import seal, unseal
-from divergent.app.services.errors import ServiceError
+from divergent.app.services.errors import Invalid, ServiceError
 from divergent.app.services.files.volumes import data_path
 from divergent.app.services.money.pricing import current_prices
 from divergent.app.services.site.settings import Site, SiteConfigError, load_site, site_file
@@ -234,7 +234,10 @@ def _job_users(client: SlurmClient, _: dict) -> str:
                       "its sandbox could read every org's data; `flask site --submit-as org`")
     checked, waiting = 0, []
     for org in live_orgs():
-        names = [site.identity.user_of_org(org.name)]
+        try:
+            names = [site.identity.user_of_org(org.name)]
+        except Invalid as exc:
+            raise Problem(exc.message) from None
         if site.identity.submit_as == "member":
             names += [u.unix_name for u in org.users if u.unix_name and u.removed_at is None]
         for name in dict.fromkeys(names):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from typing import cast
@@ -26,7 +27,7 @@ from divergent.app.extensions import db
 from divergent.app.models import LIVE, ApiKey, Org, Run
 from divergent.app.services.accounts.masking import NO_MASK, Masker
 from divergent.app.services.accounts.secrets import log_masker
-from divergent.app.services.files.volumes import run_dir, run_is_ending
+from divergent.app.services.files.volumes import open_state_file, run_dir, run_is_ending
 from divergent.app.services.runs.listing import run_json
 from divergent.app.services.runs.text import summary_line, waiting_text
 
@@ -63,16 +64,16 @@ def chunk_event(stream: str, offset: int, data: bytes) -> dict:
 def read_new(path: str, offset: int, final: bool) -> bytes:
     """Up to CHUNK bytes from `offset`; while the run may still write, a
     character cut in half is left for the next read."""
-    try:
-        with open(path, "rb") as f:
-            # An offset past the end reads nothing (seek refuses one past
-            # what the filesystem allows: 1e14 on ext4).
-            if offset >= os.fstat(f.fileno()).st_size:
-                return b""
-            f.seek(offset)
-            data = f.read(CHUNK)
-    except FileNotFoundError:
+    f = open_state_file(path)
+    if f is None:
         return b""
+    with f:
+        # An offset past the end reads nothing (seek refuses one past what
+        # the filesystem allows: 1e14 on ext4).
+        if offset >= os.fstat(f.fileno()).st_size:
+            return b""
+        f.seek(offset)
+        data = f.read(CHUNK)
     return data if final else data[:utf8_prefix(data)]
 
 
@@ -182,7 +183,7 @@ def log_window(org: Org, run: Run, ends: dict[str, int] | None = None):
     chunks, starts, stops = [], {}, {}
     for stream in STREAMS:
         path = os.path.join(state_dir, stream)
-        size = os.path.getsize(path) if os.path.exists(path) else 0
+        size = _size(path)
         end = size if ends is None else min(max(0, ends[stream]), size)
         start = max(0, end - WINDOW_BYTES)
         data = _read_range(path, start, end) if end > start else b""
@@ -215,9 +216,8 @@ def tail_offsets(org: Org, run: Run, lines: int) -> dict[str, int]:
 
 def _line_start_from_end(path: str, lines: int) -> int:
     """Past TAIL_SCAN_BYTES back, the first line that starts within them."""
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
+    f = open_state_file(path)
+    if f is None:
         return 0
     with f:
         end = pos = f.seek(0, os.SEEK_END)
@@ -239,13 +239,25 @@ def _line_start_from_end(path: str, lines: int) -> int:
         return earliest if floor and earliest is not None else floor
 
 
+def _size(path: str) -> int:
+    """A log's size; 0 when it is not there or not a plain file."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return 0
+    return found.st_size if stat.S_ISREG(found.st_mode) else 0
+
+
 def _byte_at(f, offset: int) -> bytes:
     f.seek(offset)
     return f.read(1)
 
 
 def _read_range(path: str, start: int, end: int) -> bytes:
-    with open(path, "rb") as f:
+    f = open_state_file(path)
+    if f is None:
+        return b""
+    with f:
         f.seek(start)
         return f.read(end - start)
 
@@ -258,9 +270,8 @@ def masked_stream(org: Org, run: Run, stream: str, chunk: int = 1 << 20) -> Iter
 
     def chunks() -> Iterator[bytes]:
         held = b""
-        try:
-            f = open(path, "rb")
-        except FileNotFoundError:
+        f = open_state_file(path)
+        if f is None:
             return
         with f:
             while True:

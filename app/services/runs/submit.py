@@ -37,10 +37,12 @@ from divergent.app.services.files.code import stored_tree
 from divergent.app.services.files.quota import check_room
 from divergent.app.services.files.volumes import (
     ensure_volume,
+    make_state_dir,
     org_dir,
     run_dir,
     trees_dir,
     volumes_in_command,
+    write_state_file,
 )
 from divergent.app.services.money.catalog import catalog
 from divergent.app.services.rows import add_unique
@@ -244,12 +246,11 @@ def create_run(user: User, req: RunRequest, request_key: str | None = None,
     state = run_dir(org, run.name)
     try:
         script = job_script(org, run.name, req, sizing, code_dir)
-    except Invalid:
+        # For admins: what was submitted (no secret is in it).
+        write_state_file(make_state_dir(state), "batch.sh", script)
+    except (Invalid, Conflict):
         _forget(run, state)
         raise
-    os.makedirs(state, exist_ok=True)
-    with open(os.path.join(state, "batch.sh"), "w") as f:
-        f.write(script)   # for admins: what was submitted (no secret is in it)
     write_secrets_file(state, secret_values)
     _record_job(run, _submit(run, org, state, script))
     return run

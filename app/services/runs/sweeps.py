@@ -23,7 +23,7 @@ from divergent.app.extensions import db
 from divergent.app.models import LIVE, Org, Run, Sweep, User, iso_utc
 from divergent.app.services.accounts.secrets import remove_secrets_file, write_secrets_file
 from divergent.app.services.errors import Conflict, Invalid, NotFound, Refused
-from divergent.app.services.files.volumes import data_path, run_dir
+from divergent.app.services.files.volumes import data_path, make_state_dir, run_dir, write_state_file
 from divergent.app.services.money.pricing import usd_text
 from divergent.app.services.money.usage import minutes_left
 from divergent.app.services.runs.listing import run_json
@@ -186,15 +186,13 @@ def create_sweep(user: User, req: RunRequest, axes_value: object,
     try:
         script = job_script(org, sweep.name, req, sizing, code_dir, folder, tuple(
             ArrayMember(run.name, run_dir(org, run.name), run.env) for run in runs))
-    except Invalid:
+        # For admins: what was submitted (no secret is in it).
+        write_state_file(make_state_dir(folder), "batch.sh", script)
+        for run in runs:
+            write_secrets_file(make_state_dir(run_dir(org, run.name)), secret_values)
+    except (Invalid, Conflict):
         _forget(org, sweep, runs)
         raise
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "batch.sh"), "w") as f:
-        f.write(script)   # for admins: what was submitted (no secret is in it)
-    for run in runs:
-        os.makedirs(run_dir(org, run.name), exist_ok=True)
-        write_secrets_file(run_dir(org, run.name), secret_values)
     record_array(sweep, _submit(org, sweep, runs, script))
     return sweep
 

@@ -128,6 +128,9 @@ class Transport:
 
 
 SUBMIT_AS = ("org", "member", "service")
+# deploy/identity's groups: the sudoers rule's Runas group, and the members
+# root lets the server act as. No org's user may be named as one.
+RESERVED_GROUPS = ("div-orgs", "div-members")
 # A Unix user name (and so a group's) as useradd takes it by default.
 UNIX_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
@@ -146,6 +149,9 @@ class Identity:
         """The org's Unix user; Invalid when the site's template makes of
         this name one that Unix would not take."""
         name = self.org_user.replace("{org}", org_name)
+        if name in RESERVED_GROUPS:
+            raise Invalid(f"org {org_name!r} would run as {name!r}, a group of divergent's own: "
+                          "another org name")
         if not UNIX_NAME.fullmatch(name):
             raise Invalid(f"org {org_name!r} would run as Unix user {name!r}, which is not a "
                           "Unix name (at most 32 lowercase letters, digits, - and _): a "
