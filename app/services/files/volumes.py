@@ -65,10 +65,11 @@ def write_state_file(folder: str, name: str, text: str) -> None:
         os.close(fd)
 
 
-def open_state_file(path: str) -> BinaryIO | None:
-    """A file a run wrote in its state folder (its log), to read; None when
-    it is not there, or is not a plain file of its own: a link a run put in
-    its place is never followed to the server's or another org's files."""
+def open_state_fd(path: str) -> int | None:
+    """A file a run wrote in its state folder (its log, its metrics), to
+    read; None when it is not there or is not a plain file: a link a run
+    put in its place is never followed to the server's or another org's
+    files, and a FIFO never waited on."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -76,7 +77,13 @@ def open_state_file(path: str) -> BinaryIO | None:
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         return None
-    return os.fdopen(fd, "rb")
+    return fd
+
+
+def open_state_file(path: str) -> BinaryIO | None:
+    """open_state_fd's file, as a file object."""
+    fd = open_state_fd(path)
+    return None if fd is None else os.fdopen(fd, "rb")
 
 
 # How long after its first node's exit file a run counts as ending: the

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 from dataclasses import dataclass, field
+
+from divergent.app.services.files.volumes import open_state_fd
 
 # What one reconciler cycle reads of one run, and of all of one org's runs:
 # a run that floods its file delays only its own settling (and an org with
@@ -54,25 +55,12 @@ def _encodable(text: str) -> bool:
         return False
 
 
-def _open_regular(path: str) -> int | None:
-    """The run can write its metrics file, so it is opened without following
-    a link or waiting on a FIFO, and used only if it is a regular file."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    return fd
-
-
 def read_metrics(path: str, state: MetricsRead, final: bool = False,
                  budget: int = CYCLE_BUDGET) -> MetricsRead:
     """Adds at most `budget` bytes of what the file holds past state.offset;
     a last line without its newline waits for the next read unless the run
     has ended (`final`) and the read reached the file's end."""
-    fd = _open_regular(path)
+    fd = open_state_fd(path)
     if fd is None:
         return state
     try:
@@ -104,7 +92,7 @@ def read_points(path: str, max_bytes: int, max_points: int) -> list[dict]:
     """The points of the first `max_bytes` of a metrics file (the Telemetry
     tab's series), read as the reconciler reads it: no link, no FIFO, no
     line longer than MAX_LINE."""
-    fd = _open_regular(path)
+    fd = open_state_fd(path)
     if fd is None:
         return []
     try:
