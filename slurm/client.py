@@ -92,7 +92,7 @@ class SlurmClient:
         shorten. None, or this transport's own user: this client."""
         if user is None or user == self.transport.user:
             return self
-        return SlurmClient(SudoTransport(self.transport, user))
+        return ActingClient(SudoTransport(self.transport, user), self)
 
     def _call(self, argv: list[str], stdin: str | None = None) -> CommandResult:
         try:
@@ -306,19 +306,15 @@ class SlurmClient:
     def add_users(self, account: str, users: tuple[str, ...]) -> None:
         """`users` in the account (an Operator may add them, and so may the
         account's coordinator where the site's admins made the account)."""
-        nothing_new = "Nothing new added"
+        nothing_new = ("Nothing new added",)
         for user in dict.fromkeys(users):
             added = self._run(["sacctmgr", "-i", "add", "user", user, f"account={account}"],
-                              ok_errors=(nothing_new,))
-            made_before = nothing_new in added.stdout + added.stderr
-            try:
-                # Even one made before: another process may have made it a
-                # moment ago, and the controller not have heard yet.
+                              ok_errors=nothing_new)
+            # One made before is not waited for (the controller may be away:
+            # no time lost); one another process made a moment ago is
+            # awaited by the submit it refuses (ActingClient).
+            if not any(text in added.stdout + added.stderr for text in nothing_new):
                 self._await_association(account, user)
-            except SlurmError:
-                if not made_before:
-                    raise
-                # The controller away: no time lost here, sbatch judges.
 
     def _await_association(self, account: str, user: str, timeout: float = 10.0) -> None:
         """A new association reaches slurmctld a moment after sacctmgr
@@ -334,6 +330,31 @@ class SlurmClient:
                 raise SlurmError(f"slurmctld does not know account {account} {timeout:.0f} s "
                                  "after it was made")
             time.sleep(0.1)
+
+
+ACCOUNT_LINE = re.compile(r"^#SBATCH --account=(\S+)$", re.M)
+
+
+class ActingClient(SlurmClient):
+    """A client acting as a job's owner. A submit refused for an account
+    its user is not in yet is tried once more after the controller has the
+    user in it: another server process may have just added them, and
+    slurmdbd not told the controller yet."""
+
+    def __init__(self, transport: SudoTransport, own: SlurmClient) -> None:
+        super().__init__(transport)
+        self.own = own
+
+    def _sbatch(self, argv: list[str], script: str) -> CommandResult:
+        result = super()._sbatch(argv, script)
+        account = ACCOUNT_LINE.search(script)
+        if "Invalid account" in result.stderr and account:
+            try:
+                self.own._await_association(account.group(1), self.transport.user, timeout=5)
+            except SlurmError:
+                return result           # not coming: the refusal stands
+            result = super()._sbatch(argv, script)
+        return result
 
 
 def _judged_sbatch(result: CommandResult) -> CommandResult:

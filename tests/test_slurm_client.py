@@ -131,10 +131,9 @@ def test_an_existing_account_is_kept_and_a_new_one_waits_for_the_controller():
         ["sacctmgr", "-i", "add", "account"], ["sacctmgr", "-i", "add", "user"],
         ["scontrol", "show", "assoc_mgr", "flags=assoc"], ["scontrol", "show", "assoc_mgr", "flags=assoc"]]
 
-    # One made before, with the controller away: looked for once, no wait.
     kept = answering(" Nothing new added.\n", returncode=1)
     SlurmClient(kept).ensure_account("acme")
-    assert [call.argv[2] for call in kept.calls] == ["add", "add", "assoc_mgr"]
+    assert [call.argv[2] for call in kept.calls] == ["add", "add"]      # no wait
 
 
 def test_ping_says_what_the_controller_said():
@@ -172,3 +171,25 @@ def test_an_org_users_commands_go_through_sudo_and_a_refusal_submits_nothing():
                               returncode=1)
     with pytest.raises(SubmitRefused, match="Invalid account"):
         SlurmClient(slurm_refused).as_user("div-acme").submit(SCRIPT)
+
+
+def test_a_submit_refused_for_an_account_just_made_is_tried_once_more():
+    """Another server process added the org's user to its account a moment
+    ago: the controller has not heard, sbatch says Invalid account; once the
+    controller knows the user in it, the same script goes in."""
+    tries = iter([CommandResult(1, "", "sbatch: error: Batch job submission failed: Invalid "
+                                "account or account/partition combination specified\n"),
+                  CommandResult(0, "88;acme\n", "")])
+
+    def handler(argv, stdin):
+        if argv[0] == "sudo":
+            return next(tries)
+        return CommandResult(0, "ClusterName=dev Account=acme UserName=div-acme(990) "
+                                "Partition=\n", "")
+    transport = ScriptedTransport(handler)
+    script = SCRIPT.replace("#!/bin/bash\n", "#!/bin/bash\n#SBATCH --account=acme\n")
+    assert SlurmClient(transport).as_user("div-acme").submit(script) == "88"
+    assert [call.argv[:6] for call in transport.calls] == [
+        ["sudo", "-n", "-u", "div-acme", "--", "sbatch"],
+        ["scontrol", "show", "assoc_mgr", "flags=assoc", "accounts=acme", "users=div-acme"],
+        ["sudo", "-n", "-u", "div-acme", "--", "sbatch"]]
