@@ -54,13 +54,13 @@ class Config:
     # one username) within the window (seconds) answer 429 until it passes.
     DIV_AUTH_MAX_FAILURES = int(os.environ.get("DIV_AUTH_MAX_FAILURES", "10"))
     DIV_AUTH_WINDOW = int(os.environ.get("DIV_AUTH_WINDOW", "300"))
-    # Log followers each hold a worker thread, and so do transfers (uploads,
-    # downloads, plain log reads) for as long as their client takes: at most
-    # this many of each a worker (1/2 and 1/4 of DIV_THREADS, 128), and this
-    # many of one org's a worker, so other requests and other orgs always
-    # find threads (app/services/site/request_slots.py).
-    DIV_FOLLOWERS_PER_WORKER = int(os.environ.get(
-        "DIV_FOLLOWERS_PER_WORKER", str(max(1, int(os.environ.get("DIV_THREADS", "128")) // 2))))
+    # Log followers are held by one thread a worker (app/web/follow_hub.py),
+    # at most this many a worker (each is an open connection: a descriptor)
+    # and this many of one org's; transfers (uploads, downloads, plain log
+    # reads) hold a worker thread each for as long as their client takes, at
+    # most 1/4 of DIV_THREADS (128) a worker, so other requests and other
+    # orgs always find threads (app/services/site/request_slots.py).
+    DIV_FOLLOWERS_PER_WORKER = int(os.environ.get("DIV_FOLLOWERS_PER_WORKER", "512"))
     DIV_FOLLOWERS_PER_ORG = int(os.environ.get("DIV_FOLLOWERS_PER_ORG", "32"))
     DIV_TRANSFERS_PER_WORKER = int(os.environ.get(
         "DIV_TRANSFERS_PER_WORKER", str(max(1, int(os.environ.get("DIV_THREADS", "128")) // 4))))

@@ -209,6 +209,9 @@ class Run(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # When a follower of its log saw its command end (its exit file): the
+    # reconciler asks Slurm about it at once, not at its next cycle.
+    end_heard_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     project = relationship("Project")
     user = relationship("User")

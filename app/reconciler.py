@@ -15,7 +15,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from sqlalchemy.engine import Row
@@ -26,7 +26,7 @@ from divergent.app.services import leases
 from divergent.app.services.accounts.secrets import masked_metrics, remove_secrets_file, rewrite_secrets_file
 from divergent.app.services.errors import Unavailable
 from divergent.app.services.files.quota import measure_next
-from divergent.app.services.files.volumes import data_path, run_dir, run_is_ending
+from divergent.app.services.files.volumes import ENDING_SECONDS, data_path, run_dir, run_is_ending
 from divergent.app.services.money.pricing import cost
 from divergent.app.services.money.usage import month_spend
 from divergent.app.services.notify.notices import enqueue_for
@@ -243,18 +243,27 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
     return changed
 
 
-def follow_ending(until: float, every: float, stop: threading.Event) -> None:
-    """Between cycles, every `every` seconds, the runs whose command has
-    ended and that Slurm has yet to end, alone (one squeue and one sacct for
-    them all): `div run` and the dashboard show a run's end a moment after
-    it ends, not a cycle later."""
-    ending = runs_ending()
-    while ending and time.monotonic() + every < until:
-        if stop.wait(every):
+def follow_ending(until: float, stop: threading.Event) -> None:
+    """Between cycles, every HEARD_SECONDS, the runs whose command has
+    ended: those ending when the cycle began, and those a log follower saw
+    end since (Run.end_heard_at). squeue alone says which of them Slurm has
+    ended (milliseconds); those alone are settled (one squeue and one sacct
+    for them all). `div run` and the dashboard show a run's end a moment
+    after Slurm has it, not a cycle later."""
+    ending = {run.id: run for run in runs_ending()}
+    while time.monotonic() + HEARD_SECONDS < until:
+        ending.update((run.id, run) for run in runs_heard_ending())
+        ended = slurm_client().ended([_job_id(run) for run in ending.values()]) \
+            if ending else set()
+        if ended:
+            follow_jobs([run for run in ending.values() if _job_id(run) in ended])
+            ending = {key: run for key, run in ending.items() if run.status in LIVE}
+        if stop.wait(HEARD_SECONDS):
             return
-        follow_jobs(ending)
-        # Those still running; a run that starts ending now waits a cycle.
-        ending = [run for run in ending if run.status == "running"]
+
+
+# How often the reconciler looks for runs a follower saw end, between cycles.
+HEARD_SECONDS = 0.05
 
 
 def runs_ending() -> list[Run]:
@@ -264,6 +273,15 @@ def runs_ending() -> list[Run]:
         Org, Org.id == Run.org_id).where(Run.status == "running")).all()
     return [run for run, org in running
             if run_is_ending(data_path("runs", org, run.name), run.restarts or 0)]
+
+
+def runs_heard_ending() -> list[Run]:
+    """Live runs a follower saw end these last ENDING_SECONDS (one indexed
+    query: most cycles find none)."""
+    since = utcnow() - timedelta(seconds=ENDING_SECONDS)
+    return list(db.session.execute(db.select(Run).where(
+        Run.status.in_(LIVE), Run.slurm_job_id.is_not(None),
+        Run.end_heard_at > since)).scalars())
 
 
 def holder_name() -> str:
@@ -332,7 +350,7 @@ def run_forever(interval: float, stop_after: float | None = None,
                 acting = _cycle(holder, ttl, acting)
                 pause = interval
                 if acting:
-                    follow_ending(started + interval, interval / 4, stop)
+                    follow_ending(started + interval, stop)
             except (SlurmError, Unavailable) as exc:
                 db.session.rollback()
                 log.warning("Slurm did not answer: %s", exc)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from divergent.slurm.records import (
     SACCT_FIELDS,
     SINFO_FIELDS,
+    LIVE_STATES,
     SQUEUE_FORMAT,
     JobRecord,
     NodeRecord,
@@ -175,6 +176,10 @@ class SlurmClient:
         ids = [_job_id(j) for j in job_ids]
         if not ids:
             return {}
+        return self._merged(self._listed(ids), lambda: self._accounted(ids), squeue_alone)
+
+    def _listed(self, ids: list[str]) -> dict[str, JobRecord]:
+        """The controller's records of those of `ids` it still holds."""
         live = {}
         for some in _chunks(ids):
             # squeue refuses the whole list once one id has left its memory.
@@ -182,7 +187,15 @@ class SlurmClient:
             live.update(parse_squeue(self._run(
                 ["squeue", "--noheader", "--array", "--states=all", f"--jobs={','.join(some)}",
                  f"--format={SQUEUE_FORMAT}"], ok_errors=("Invalid job id",)).stdout))
-        return self._merged(live, lambda: self._accounted(ids), squeue_alone)
+        return live
+
+    def ended(self, job_ids: list[str]) -> set[str]:
+        """Of `job_ids`, those the controller no longer runs (ended, or
+        forgotten): squeue alone, which answers in milliseconds where sacct
+        takes a round trip to the database, so it can be asked often."""
+        ids = [_job_id(j) for j in job_ids]
+        live = self._listed(ids) if ids else {}
+        return {j for j in ids if j not in live or live[j].state not in LIVE_STATES}
 
     def _accounted(self, ids: list[str]) -> dict[str, JobRecord]:
         # Steps too: an out-of-memory kill shows only in a step's state.

@@ -243,6 +243,9 @@ class PyslurmClient(SlurmClient):
             return records
         return self._merged(live, final, squeue_alone)
 
+    def _listed(self, ids: list[str]) -> dict[str, JobRecord]:
+        return self._controller(set(ids))[0]
+
     def _controller(self, ids: set[str]) -> tuple[dict[str, JobRecord], set[str]]:
         """The controller's records of `ids`, and which of them Slurm requeued."""
         jobs = self._rpc("squeue", self.pyslurm.Jobs.load)

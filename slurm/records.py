@@ -154,7 +154,7 @@ def merge(live: dict[str, JobRecord], accounted: dict[str, JobRecord],
               for job_id, final in accounted.items()}
     for job_id, record in live.items():
         final = accounted.get(job_id)
-        if final is not None and final.name != record.name:
+        if final is not None and not _same_job(record, final):
             # Another, older job under a reused id: nothing of this one's.
             final = None
         if final is None:
@@ -180,6 +180,22 @@ def merge(live: dict[str, JobRecord], accounted: dict[str, JobRecord],
             merged[job_id] = _accrued(replace(record, restarts=final.restarts,
                                               earlier_seconds=final.earlier_seconds), now)
     return merged
+
+
+# The name slurmdbd gives a job whose record it made before the job's own
+# start message came (a job that started and ended within a second or two):
+# its name, and nothing else, follows a few seconds later.
+PLACEHOLDER_NAME = "allocation"
+
+
+def _same_job(live: JobRecord, final: JobRecord) -> bool:
+    """Whether sacct's record is of the job squeue lists, not of an older
+    one under the same id: the same name, or slurmdbd's placeholder with the
+    same start (an older job's start is another)."""
+    if final.name == live.name:
+        return True
+    return final.name == PLACEHOLDER_NAME and final.start is not None \
+        and final.start == live.start
 
 
 def _accrued(record: JobRecord, now: int) -> JobRecord:

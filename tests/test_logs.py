@@ -12,7 +12,7 @@ from divergent.app.services.accounts.keys import create_key
 from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
 from divergent.app.services.accounts.secrets import seal
 from divergent.app.services.files.volumes import run_dir
-from divergent.app.services.runs.logs import chunk_event, log_events, read_new, utf8_prefix
+from divergent.app.services.runs.logs import chunk_event, log_events, read_new, utf8_prefix, waiting_in_place
 
 
 def test_a_character_cut_in_half_waits_for_its_other_half():
@@ -45,7 +45,8 @@ def _collect(state, offsets, follow, ended_after=0):
         polls["n"] += 1
         return polls["n"] > ended_after, {"event": "status", "status": "running", "waiting": None}
 
-    return list(log_events(str(state), offsets, follow, poll_run, lambda: {"event": "end"}))
+    return list(waiting_in_place(log_events(str(state), offsets, follow, poll_run,
+                                            lambda: {"event": "end"})))
 
 
 def test_events_carry_offsets_and_resume_where_asked(tmp_path):

@@ -71,6 +71,23 @@ def test_squeue_wins_while_sacct_lags_and_sacct_wins_at_the_end():
     assert (merged["61"].end, merged["61"].nodes) == (1010, "node[1-2]")
 
 
+def test_a_job_that_ended_at_once_is_final_under_slurmdbd_s_placeholder_name():
+    """A job that starts and ends within a second or two gets its database
+    record from its steps first, named "allocation" (the lines recorded on
+    the dev cluster): the end is there seconds before the name is. The same
+    start says it is the same job; another start, an older job under the id."""
+    live = parse_squeue("36|COMPLETED|None|1796531449|node1|div-run-rvwx|N/A|1\n"
+                        "37|RUNNING|None|1796531500|node1|div-run-b||1\n")
+    accounted = parse_sacct(
+        "36|COMPLETED|0:0|1796531449|1796531450|1|node1|None|allocation|\n"
+        "36.batch|COMPLETED|0:0|1796531449|1796531450|1|node1||batch|\n"
+        "37|COMPLETED|0:0|1796000000|1796000100|100|node1|None|allocation|\n")
+    merged = merge(live, accounted, now=1796531452)
+    assert merged["36"].finished
+    assert (merged["36"].exit_code, merged["36"].elapsed_seconds) == (0, 1)
+    assert (merged["37"].state, merged["37"].end) == ("RUNNING", None)
+
+
 def test_with_squeue_alone_an_ended_job_accrues_nothing_more():
     # slurmdbd down: squeue still lists jobs that ended (MinJobAge), sacct nothing.
     merged = merge(parse_squeue("70|COMPLETED|None|1000|node1|div-run||1\n"

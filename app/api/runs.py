@@ -8,14 +8,25 @@ from flask import Response, g, jsonify, request, stream_with_context
 from divergent.app.api import bp
 from divergent.app.api.auth import token_required
 from divergent.app.extensions import db
+from divergent.app.services.files.volumes import run_dir
 from divergent.app.services.runs.listing import find_run, list_runs, run_json
-from divergent.app.services.runs.logs import MAX_TAIL_LINES, STREAMS, KeyRevoked, run_log_events, tail_offsets
+from divergent.app.services.runs.logs import (
+    IDLE_POLL_SECONDS,
+    MAX_TAIL_LINES,
+    STATUS_SECONDS,
+    STREAMS,
+    KeyRevoked,
+    run_log_events,
+    tail_offsets,
+    waiting_in_place,
+)
 from divergent.app.services.runs.names import run_for_request_key
 from divergent.app.services.runs.request import parse_request, request_notes, rerun_request
 from divergent.app.services.runs.stop import stop_run
 from divergent.app.services.runs.submit import check_run, create_run
 from divergent.app.services.runs.text import header_line, summary_line
 from divergent.app.services.site.request_slots import FOLLOW, TRANSFER, take_slot
+from divergent.app.web.follow_hub import HAND_OFF, HUB
 from divergent.app.web.request_args import flag_arg, int_arg
 
 
@@ -90,18 +101,26 @@ def runs_logs(name: str):
     offsets = (tail_offsets(g.user.org, run, min(tail, MAX_TAIL_LINES)) if tail is not None
                else {s: int_arg(s, 0) for s in STREAMS})
     follow = request.args.get("follow", "") in ("1", "true")
-    events = run_log_events(g.user.org, run, g.api_key.id, offsets, follow)
+    hub = request.environ.get(HUB) if follow else None
+    # Woken by the run's writes, a stream held by the hub need not look often.
+    idle_poll = STATUS_SECONDS if hub is not None and hub.sees_changes else IDLE_POLL_SECONDS
+    events = run_log_events(g.user.org, run, g.api_key.id, offsets, follow, idle_poll)
+    give_back = take_slot(FOLLOW if follow else TRANSFER, run.org_id)
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    if hub is not None:
+        # The hub's thread writes it (app/web/follow_hub.py), and gives the slot back.
+        request.environ[HAND_OFF] = (events, run_dir(g.user.org, run.name), give_back)
+        return Response(mimetype="application/x-ndjson", headers=headers)
 
     def lines():
         try:
-            for event in events:
+            for event in waiting_in_place(events):
                 yield json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n"
         except KeyRevoked:
             db.session.rollback()
 
-    give_back = take_slot(FOLLOW if follow else TRANSFER, run.org_id)
     response = Response(stream_with_context(lines()), mimetype="application/x-ndjson",
-                        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+                        headers=headers)
     response.call_on_close(give_back)
     return response
 

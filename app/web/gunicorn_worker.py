@@ -15,7 +15,12 @@ the heartbeat: a few dozen clients that stall after their answer stopped a
 worker for a minute and got it killed as hung (WORKER TIMEOUT), with every
 other org's requests on it. A body the server gave up on (a refused upload,
 app/web/upload_body.py) is not lingered for at all: the client is told at
-once. scripts/services and deploy/systemd run it (--worker-class)."""
+once. Log followers are handed to a thread of their own (app/web/follow_hub.py):
+the API's follow view leaves the stream in the request's environ
+(HAND_OFF), and this worker gives the connection to the hub instead of
+writing the response, so a waiting follower holds none of its threads.
+
+scripts/services and deploy/systemd run it (--worker-class)."""
 from __future__ import annotations
 
 import os
@@ -26,16 +31,53 @@ import time
 from gunicorn import util
 from gunicorn.workers.gthread import ThreadWorker
 
+from divergent.app.web.follow_hub import HAND_OFF, HUB, FollowHub, response_head
+
 HEADER_SECONDS = float(os.environ.get("DIV_CLIENT_HEADER_SECONDS", "30"))
+
+
+class HandedOff(StopIteration):
+    """The hub serves this request: gunicorn writes nothing for it and lets
+    the connection go (its handle() ends a connection so, quietly)."""
 
 
 class LingerInThreadWorker(ThreadWorker):
     def init_process(self):
         self._reading: dict[socket.socket, float] = {}    # a header being read, since when
         self._reading_lock = threading.Lock()
+        self._handed_off: set[socket.socket] = set()
         threading.Thread(target=self._cut_slow_headers, name="header-deadline",
                          daemon=True).start()
         super().init_process()
+
+    def load_wsgi(self):
+        super().load_wsgi()
+        app = self.wsgi
+        self.hub = FollowHub(app)
+        self.wsgi = self._handing_off(app)
+
+    def _handing_off(self, app):
+        """The app, with the hub offered to it; a stream it hands over is
+        the hub's from here on."""
+        def serve(environ, start_response):
+            environ[HUB] = self.hub
+            head: list = []
+
+            def keep_head(status, headers, exc_info=None):
+                head[:] = [status, headers]
+                return start_response(status, headers, exc_info)
+            body = app(environ, keep_head)
+            stream = environ.get(HAND_OFF)
+            if stream is None:
+                return body
+            if hasattr(body, "close"):
+                body.close()
+            sock = environ["gunicorn.socket"]
+            chunked = environ.get("SERVER_PROTOCOL") != "HTTP/1.0"
+            self.hub.adopt(sock.dup(), response_head(*head, chunked), *stream, chunked=chunked)
+            self._handed_off.add(sock)
+            raise HandedOff
+        return serve
 
     def handle(self, conn):
         sock = conn.sock
@@ -45,6 +87,13 @@ class LingerInThreadWorker(ThreadWorker):
             keep = super().handle(conn)
         finally:
             self.header_read(sock)
+        if sock in self._handed_off:
+            # The hub has its own descriptor of the connection: this one
+            # closes, the connection stays.
+            self._handed_off.discard(sock)
+            util.close(sock)
+            conn.close = lambda graceful=False: None
+            return False
         if keep is False:
             body = getattr(getattr(conn.parser, "mesg", None), "body", None)
             if getattr(body, "failed", False) is True:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import cast
 
 from divergent.app.extensions import db
-from divergent.app.models import LIVE, ApiKey, Org, Run
+from divergent.app.models import LIVE, ApiKey, Org, Run, utcnow
 from divergent.app.services.accounts.masking import NO_MASK, Masker
 from divergent.app.services.accounts.secrets import log_masker
 from divergent.app.services.files.volumes import open_state_file, run_dir, run_is_ending
@@ -36,7 +36,7 @@ CHUNK = 256 * 1024
 POLL_SECONDS = 0.05        # how soon a follower looks for new bytes after some came
 IDLE_POLL_SECONDS = 0.5    # and at the slowest, while none come (each look costs)
 STATUS_SECONDS = 1.0       # how often it rereads the run's status
-ENDING_STATUS_SECONDS = 0.2   # and once the run's command has ended (volumes.run_is_ending)
+ENDING_STATUS_SECONDS = 0.05  # and once the run's command has ended (volumes.run_is_ending)
 HEARTBEAT_SECONDS = 5.0    # an event at least this often, so dead peers show
 # A read without follow sends at most this much, however large the files (a
 # run can write a terabyte of holes in a second): the work of one request
@@ -77,21 +77,38 @@ def read_new(path: str, offset: int, final: bool) -> bytes:
     return data if final else data[:utf8_prefix(data)]
 
 
+# What log_events yields between events when it has nothing to send: how
+# many seconds until it should be asked again (sooner is fine: when the run's
+# state folder changes, say).
+Wait = float
+LogItem = dict | Wait
+
+
 def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
                poll_run: Callable[[], tuple[bool, dict]],
                end_event: Callable[[], dict], masker: Masker = NO_MASK,
-               ending: Callable[[], bool] = lambda: False) -> Iterator[dict]:
-    """Events from `offsets` on, the run's secrets masked. `poll_run` says
-    whether the run has ended and gives its status event; `ending`, that
-    its command has, so the end comes soon: the status is reread sooner.
-    Without `follow`, stops at the current end."""
+               ending: Callable[[], bool] = lambda: False,
+               heard_end: Callable[[], None] = lambda: None,
+               idle_poll: float = IDLE_POLL_SECONDS) -> Iterator[LogItem]:
+    """Events from `offsets` on, the run's secrets masked, and a Wait where
+    there is nothing yet: it never sleeps itself, so one thread can follow
+    many runs (app/web/follow_hub.py; waiting_in_place for one). `poll_run`
+    says whether the run has ended and gives its status event; `ending`,
+    that its command has: then `heard_end` is called once (the reconciler
+    asks Slurm at once) and the status is reread often, so the end comes
+    soon. While nothing comes, the files are looked at every `idle_poll`
+    at the slowest. Without `follow`, stops at the current end."""
     paths = {s: os.path.join(state_dir, s) for s in STREAMS}
     offsets = {s: max(0, int(offsets.get(s, 0))) for s in STREAMS}
     last_status, last_event, next_poll = None, time.monotonic(), 0.0
     pause = POLL_SECONDS
     ended = not follow
+    command_ended = False
     read = 0
     while True:
+        if not ended and not command_ended and ending():
+            command_ended, next_poll = True, 0.0
+            heard_end()
         if not follow and read >= READ_BYTES:
             yield {"event": "more", **offsets}
             return
@@ -116,7 +133,7 @@ def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
         # The status is reread on time even while bytes flow: it is where a
         # revoked key ends the stream.
         if not ended and now >= next_poll:
-            next_poll = now + (ENDING_STATUS_SECONDS if ending() else STATUS_SECONDS)
+            next_poll = now + (ENDING_STATUS_SECONDS if command_ended else STATUS_SECONDS)
             # Ended runs get one more read of both files before the end event.
             ended, status = poll_run()
             if status != last_status or now - last_event >= HEARTBEAT_SECONDS:
@@ -125,8 +142,17 @@ def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
             continue
         if sent:
             continue
-        time.sleep(pause)
-        pause = min(IDLE_POLL_SECONDS, pause * 2)
+        yield min(pause, max(0.0, next_poll - now))
+        pause = min(ENDING_STATUS_SECONDS if command_ended else idle_poll, pause * 2)
+
+
+def waiting_in_place(items: Iterator[LogItem]) -> Iterator[dict]:
+    """log_events' events for a thread of their own: each Wait slept."""
+    for item in items:
+        if isinstance(item, dict):
+            yield item
+        else:
+            time.sleep(item)
 
 
 class KeyRevoked(Exception):
@@ -134,7 +160,7 @@ class KeyRevoked(Exception):
 
 
 def run_log_events(org: Org, run: Run, key_id: int, offsets: dict[str, int],
-                   follow: bool) -> Iterator[dict]:
+                   follow: bool, idle_poll: float = IDLE_POLL_SECONDS) -> Iterator[LogItem]:
     """A run's log events (its secrets masked) for a client holding API key
     `key_id`: with `follow`, its status while it lives and its end. Raises
     KeyRevoked within a status poll of the key's revocation. Each look at
@@ -166,8 +192,12 @@ def run_log_events(org: Org, run: Run, key_id: int, offsets: dict[str, int],
         db.session.rollback()
         return event
 
+    def heard_end():
+        db.session.execute(db.update(Run).where(Run.id == run_id).values(end_heard_at=utcnow()))
+        db.session.commit()
+
     return log_events(state_dir, offsets, follow, poll_run, end_event, masker,
-                      lambda: run_is_ending(state_dir, attempt))
+                      lambda: run_is_ending(state_dir, attempt), heard_end, idle_poll)
 
 
 WINDOW_BYTES = 64 * 1024

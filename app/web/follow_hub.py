@@ -1,0 +1,327 @@
+"""Log followers held by one thread a server process, not a worker thread
+each: a follower that is only waiting for its run costs no thread another
+request needs, and no work until its run writes or its status is due.
+
+The API's follow view (app/api/runs.py) hands the stream to the hub when
+the server runs under app/web/gunicorn_worker.py: the worker writes nothing
+for that request and lets the connection go; the hub holds a duplicate of
+its socket, writes the response's head, then each event as a chunk of its
+own (HTTP/1.1 chunked encoding), never blocking: what a client does not
+read waits in its buffer, and a client that reads nothing for
+DIV_CLIENT_IDLE_SECONDS is cut off, as every connection is
+(app/web/gunicorn_conf.py).
+
+The hub's thread asks each stream for its next events when its Wait is
+over (app/services/runs/logs.py), or at once when its run's state folder
+changes: inotify tells, where that folder is on a local filesystem (a
+network filesystem's inotify does not see other hosts' writes; there the
+streams look at their files as often as they would on a thread)."""
+from __future__ import annotations
+
+import errno
+import heapq
+import itertools
+import json
+import logging
+import os
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from flask import Flask
+from inotify_simple import INotify
+from inotify_simple import flags as inotify_flags
+
+from divergent.app.extensions import db
+from divergent.app.services.runs.logs import KeyRevoked, LogItem
+from divergent.app.web.gunicorn_conf import IDLE_SECONDS
+
+log = logging.getLogger("divergent.follow_hub")
+
+# What the hub holds unsent for a client before it stops reading that
+# client's run: the client reads slower than the run writes.
+MAX_UNSENT = 1 << 20
+# A run's folder changes: its logs grew, its exit file was written.
+CHANGES = inotify_flags.MODIFY | inotify_flags.CREATE | inotify_flags.MOVED_TO
+WATCH = CHANGES | inotify_flags.DONT_FOLLOW | inotify_flags.ONLYDIR
+# Filesystems whose inotify sees every write (those of the server's host).
+LOCAL_FILESYSTEMS = {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "zfs", "f2fs", "overlay"}
+
+
+def local_filesystem(path: str) -> bool:
+    """Whether `path` is on a filesystem of this host's (the longest mount
+    point above it in /proc/self/mounts)."""
+    path = os.path.realpath(path)
+    best, kind = "", ""
+    try:
+        with open("/proc/self/mounts") as mounts:
+            for line in mounts:
+                fields = line.split()
+                point = fields[1].replace("\\040", " ")
+                inside = path == point or path.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, kind = point, fields[2]
+    except OSError:
+        return False
+    return kind in LOCAL_FILESYSTEMS
+
+
+@dataclass(eq=False)
+class Stream:
+    sock: socket.socket
+    items: Iterator[LogItem]
+    folder: str
+    give_back: Callable[[], None]
+    chunked: bool
+    unsent: bytearray = field(default_factory=bytearray)
+    ending: bool = False          # the last chunk is in `unsent`: close once it is sent
+    held_back: bool = False       # not asked for more until the client reads what it has
+    stalled_since: float | None = None
+    due: float = 0.0
+
+
+# Where the worker offers the hub to the app (the request's environ), and
+# where the app leaves a stream for it: (items, folder, give_back).
+HUB = "divergent.follow_hub"
+HAND_OFF = "divergent.follow_hub.stream"
+
+
+def response_head(status: str, headers: list[tuple[str, str]], chunked: bool) -> bytes:
+    """The status line and headers of a streamed response the hub writes:
+    chunked (HTTP/1.1) or to the connection's close (HTTP/1.0)."""
+    lines = [f"HTTP/1.1 {status}"] + [f"{name}: {value}" for name, value in headers
+                                      if name.lower() not in ("content-length", "connection",
+                                                              "transfer-encoding")]
+    lines += ["Transfer-Encoding: chunked"] if chunked else []
+    lines += ["Connection: close", "", ""]
+    return "\r\n".join(lines).encode("latin-1")
+
+
+def _chunk(data: bytes, chunked: bool) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data) if chunked else data
+
+
+class FollowHub:
+    """One server process's log streams, served by one thread (started with
+    the first stream)."""
+
+    def __init__(self, app: Flask, watch_changes: bool | None = None):
+        self.app = app
+        self.selector = selectors.DefaultSelector()
+        self.lock = threading.Lock()
+        self.adopted: list[Stream] = []
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.selector.register(self.wake_r, selectors.EVENT_READ, None)
+        self.streams: set[Stream] = set()
+        self.timers: list[tuple[float, int, Stream]] = []
+        self.order = itertools.count()
+        self.watches: dict[str, int] = {}          # folder: watch descriptor
+        self.watched: dict[int, set[Stream]] = {}  # watch descriptor: its streams
+        self.inotify = self._inotify(app, watch_changes)
+        self.thread: threading.Thread | None = None
+        self.next_cut = 0.0
+
+    @staticmethod
+    def _inotify(app: Flask, watch_changes: bool | None) -> INotify | None:
+        if watch_changes is None:
+            watch_changes = local_filesystem(app.config["DIV_DATA_DIR"])
+        if not watch_changes:
+            return None
+        try:
+            return INotify(nonblocking=True)
+        except OSError as exc:      # the host's inotify instances used up: look, as threads do
+            log.warning("no inotify (%s): log streams look at their files on a timer", exc)
+            return None
+
+    @property
+    def sees_changes(self) -> bool:
+        """Whether a stream is woken by its run's writes (so it need not look often)."""
+        return self.inotify is not None
+
+    def adopt(self, sock: socket.socket, head: bytes, items: Iterator[LogItem], folder: str,
+              give_back: Callable[[], None], chunked: bool = True) -> None:
+        """Serves a response from now on: `head` (status line and headers),
+        then `items` as NDJSON; gives its slot back when it is over. Safe from
+        any thread; `sock` is the hub's from now on."""
+        sock.setblocking(False)
+        stream = Stream(sock, items, folder, give_back, chunked, bytearray(head))
+        with self.lock:
+            self.adopted.append(stream)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._serve, name="follow-hub", daemon=True)
+                self.thread.start()
+        os.write(self.wake_w, b"x")
+
+    # The hub's thread from here on.
+
+    def _serve(self) -> None:
+        with self.app.app_context():
+            while True:
+                try:
+                    self._turn()
+                except Exception:   # one stream's surprise never stops the others
+                    log.exception("the log streams' thread went on after an error")
+                    db.session.rollback()
+
+    def _turn(self) -> None:
+        timeout = max(0.0, self.timers[0][0] - time.monotonic()) if self.timers else None
+        for key, events in self.selector.select(min(timeout, 1.0) if timeout is not None else 1.0):
+            if key.data is None:
+                self._take_adopted()
+            elif key.data == "inotify":
+                self._changed()
+            elif events & selectors.EVENT_READ and self._client_left(key.data):
+                self._close(key.data)
+            elif events & selectors.EVENT_WRITE:
+                self._send(key.data)
+        now = time.monotonic()
+        while self.timers and self.timers[0][0] <= now:
+            _, _, stream = heapq.heappop(self.timers)
+            if stream in self.streams and stream.due <= now:
+                self._advance(stream)
+        if now >= self.next_cut:
+            self.next_cut = now + 1.0
+            self._cut_stalled(now)
+
+    def _take_adopted(self) -> None:
+        try:
+            os.read(self.wake_r, 4096)
+        except BlockingIOError:
+            pass
+        with self.lock:
+            adopted, self.adopted = self.adopted, []
+        for stream in adopted:
+            self.streams.add(stream)
+            self.selector.register(stream.sock, selectors.EVENT_READ | selectors.EVENT_WRITE,
+                                   stream)
+            self._watch(stream)
+            self._wake(stream, 0.0)
+
+    def _watch(self, stream: Stream) -> None:
+        if self.inotify is None:
+            return
+        wd = self.watches.get(stream.folder)
+        if wd is None:
+            try:
+                wd = self.inotify.add_watch(stream.folder, WATCH)
+            except OSError as exc:     # gone, not a folder, or the host's watches used up
+                if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ENOSPC):
+                    log.warning("cannot watch %s: %s", stream.folder, exc)
+                return
+            if not self.watched:
+                self.selector.register(self.inotify.fileno(), selectors.EVENT_READ, "inotify")
+            self.watches[stream.folder] = wd
+        self.watched.setdefault(wd, set()).add(stream)
+
+    def _unwatch(self, stream: Stream) -> None:
+        wd = self.watches.get(stream.folder)
+        if wd is None or self.inotify is None:
+            return
+        streams = self.watched.get(wd, set())
+        streams.discard(stream)
+        if not streams:
+            del self.watches[stream.folder]
+            self.watched.pop(wd, None)
+            try:
+                self.inotify.rm_watch(wd)
+            except OSError:      # the folder went, and its watch with it
+                pass
+            if not self.watched:
+                self.selector.unregister(self.inotify.fileno())
+
+    def _changed(self) -> None:
+        assert self.inotify is not None
+        for event in self.inotify.read(timeout=0):
+            for stream in list(self.watched.get(event.wd, ())):
+                self._wake(stream, 0.0)
+
+    def _wake(self, stream: Stream, after: float) -> None:
+        stream.due = time.monotonic() + after
+        heapq.heappush(self.timers, (stream.due, next(self.order), stream))
+
+    def _advance(self, stream: Stream) -> None:
+        """The stream's events up to its next Wait, into its buffer."""
+        if stream.ending or stream.held_back:
+            return
+        try:
+            for item in stream.items:
+                if not isinstance(item, dict):
+                    self._wake(stream, item)
+                    break
+                line = json.dumps(item, ensure_ascii=False, separators=(",", ":")) + "\n"
+                stream.unsent += _chunk(line.encode(), stream.chunked)
+                if len(stream.unsent) >= MAX_UNSENT:
+                    stream.held_back = True     # _send wakes it once the client has read
+                    break
+            else:
+                self._finish(stream)
+        except KeyRevoked:
+            db.session.rollback()
+            self._finish(stream)
+        except Exception:
+            log.exception("a log stream failed; its client reconnects")
+            db.session.rollback()
+            self._close(stream)
+            return
+        self._send(stream)
+
+    def _finish(self, stream: Stream) -> None:
+        if stream.chunked:
+            stream.unsent += b"0\r\n\r\n"
+        stream.ending = True
+
+    def _send(self, stream: Stream) -> None:
+        if stream not in self.streams:
+            return
+        try:
+            while stream.unsent:
+                sent = stream.sock.send(stream.unsent)
+                del stream.unsent[:sent]
+                stream.stalled_since = None
+        except BlockingIOError:
+            stream.stalled_since = stream.stalled_since or time.monotonic()
+        except OSError:
+            self._close(stream)
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if stream.unsent else 0)
+        self.selector.modify(stream.sock, events, stream)
+        if not stream.unsent:
+            if stream.ending:
+                self._close(stream)
+            elif stream.held_back:
+                stream.held_back = False
+                self._wake(stream, 0.0)
+
+    @staticmethod
+    def _client_left(stream: Stream) -> bool:
+        """Whether the client closed its side (it sends nothing more once it
+        has asked: what it does send is read and dropped)."""
+        try:
+            return stream.sock.recv(4096) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    def _cut_stalled(self, now: float) -> None:
+        for stream in [s for s in self.streams
+                       if s.stalled_since is not None and now - s.stalled_since > IDLE_SECONDS]:
+            self._close(stream)
+
+    def _close(self, stream: Stream) -> None:
+        if stream not in self.streams:
+            return
+        self.streams.discard(stream)
+        self._unwatch(stream)
+        try:
+            self.selector.unregister(stream.sock)
+        except (KeyError, ValueError):
+            pass
+        stream.sock.close()
+        close = getattr(stream.items, "close", None)
+        if close is not None:
+            close()
+        stream.give_back()
