@@ -702,11 +702,12 @@ def test_a_site_may_keep_orgs_off_each_others_nodes(stack, project):
 @pytest.fixture(scope="module")
 def tight_stack(slurm_cluster):
     """A stack of its own with small limits, so stalls show in seconds: 16
-    threads a worker (4 transfer slots), 2 an org, 3 s of silence a
-    connection; its few files measured every 2 s."""
+    threads a worker (4 transfer slots), 2 transfers and 16 log streams
+    an org, 3 s of silence a connection; its few files measured every 2 s."""
     with running_stack(free_port(), None, settings={
-            "DIV_THREADS": "16", "DIV_TRANSFERS_PER_ORG": "2", "DIV_CLIENT_IDLE_SECONDS": "3",
-            "DIV_CLIENT_HEADER_SECONDS": "3", "DIV_STORAGE_MEASURE_SECONDS": "2"}) as running:
+            "DIV_THREADS": "16", "DIV_TRANSFERS_PER_ORG": "2", "DIV_FOLLOWERS_PER_ORG": "16",
+            "DIV_CLIENT_IDLE_SECONDS": "3", "DIV_CLIENT_HEADER_SECONDS": "3",
+            "DIV_STORAGE_MEASURE_SECONDS": "2"}) as running:
         yield running
 
 
@@ -778,6 +779,56 @@ def test_stalled_uploads_hold_threads_only_to_their_deadline_and_never_another_o
     slow.sendall(b"GET /api/v1/who")
     assert _answer(slow, 10) == b""
     slow.close()
+
+
+def _follow_request(stack, org: str, run: str, protocol: str = "HTTP/1.1") -> socket.socket:
+    conn = socket.create_connection(("127.0.0.1", stack.port))
+    conn.sendall((f"GET /api/v1/runs/{run}/logs?follow=1 {protocol}\r\nHost: 127.0.0.1\r\n"
+                  f"Authorization: Bearer {stack.tokens[org]}\r\n\r\n").encode())
+    return conn
+
+
+def test_followers_that_never_read_hold_no_thread_and_are_cut_off(tight_stack, project):
+    """An org opens as many log streams as the workers have threads (16
+    each) and reads none of them, of a run that writes 40 MB: the streams are the
+    hub's, so every other request is answered meanwhile; each is cut off
+    once its client has taken nothing for 3 s, and its slot is the org's
+    again. An HTTP/1.0 client gets the stream to the connection's close."""
+    stack = tight_stack
+    done = stack.div("run", "--gpu", "cpu", "--no-upload", "--detach", "--name", "loud", "--",
+                     "head -c 40000000 /dev/zero | tr '\\0' x; sleep 120", cwd=project,
+                     org="other")
+    assert done.returncode == 0, done.stderr
+    deadline = time.monotonic() + 60
+    while _log_size(stack, "other", "loud") < 40_000_000 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    stalled = [_follow_request(stack, "other", "loud") for _ in range(40)]
+    try:
+        for _ in range(10):
+            started = time.monotonic()
+            assert stack.api("GET", "/whoami").status_code == 200
+            assert time.monotonic() - started < 2
+        # The org's share (16 a worker of 2, tight_stack) is taken...
+        first = [_answer(conn, 10) for conn in stalled]
+        assert sum(1 for a in first if a and a.startswith(b"HTTP/1.1 200")) >= 16
+        assert sum(1 for a in first if a and b" 429 " in a) >= 8
+        # ...until the streams that read nothing are cut off.
+        time.sleep(8)
+        again = _follow_request(stack, "other", "loud", "HTTP/1.0")
+        answer = _answer(again, 10)
+        assert answer and answer.startswith(b"HTTP/1.1 200") and b"chunked" not in answer, answer
+        again.close()
+    finally:
+        for conn in stalled:
+            conn.close()
+        stack.div("stop", "loud", cwd=project, org="other")
+
+
+def _log_size(stack, org: str, run: str) -> int:
+    try:
+        return (stack.data_dir / "runs" / org / run / "stdout").stat().st_size
+    except OSError:
+        return 0
 
 
 def test_an_upload_that_trickles_ends_at_its_deadline_while_nothing_arrives(app):

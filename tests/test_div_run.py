@@ -7,10 +7,15 @@ import re
 import signal
 import subprocess
 import time
+from decimal import Decimal
 
+import pytest
+
+from divergent.app.services.money.pricing import format_usd
 from divergent.slurm.client import SlurmClient
 from tests.jobs import wait_for_end
-from tests.stack import VENV_BIN, interrupt_as_a_terminal_does
+from tests.sshd import free_port
+from tests.stack import VENV_BIN, interrupt_as_a_terminal_does, running_stack
 
 HEADER = re.compile(r"^(run-[a-z0-9]{4,}) (.+) \$(\d+\.\d\d)/h "
                     r"(max spend \$\d+\.\d\d \(about .+\)|no spend limit)$")
@@ -384,3 +389,31 @@ def test_dev_bootstrap_writes_a_working_env_file_and_keeps_its_key(stack, projec
     assert b"(site_admin)" in stack.div("whoami", cwd=project, env=env).stdout
     doctor = stack.flask("doctor", check=False)
     assert doctor.returncode == 0, doctor.stdout
+
+
+@pytest.fixture(scope="module")
+def slow_cycles(slurm_cluster):
+    """A stack whose reconciler cycles a minute apart."""
+    with running_stack(free_port(), None, settings={"DIV_RECONCILE_INTERVAL": "60"}) as running:
+        yield running
+
+
+def test_the_end_is_heard_when_the_command_exits_not_at_the_next_cycle(slow_cycles, project):
+    """The follower sees the run's exit file and the reconciler settles the
+    run from Slurm's final record at once: `div run` ends with the run's
+    exit code and the cost the bill keeps, a minute before the next cycle
+    would have told it. Each function starts and ends within a second,
+    where slurmdbd's record has a placeholder name for a moment."""
+    write(project, "t.py", "import sys\ndef ok():\n    print('hi')\n"
+                           "def bad():\n    sys.exit(3)\n")
+    for entrypoint, code, word in (("t.py::ok", 0, "finished"), ("t.py::bad", 3, "failed")):
+        started = time.monotonic()
+        done = slow_cycles.div("run", "--gpu", "cpu", entrypoint, cwd=project, timeout=120)
+        assert time.monotonic() - started < 30, lines(done)
+        assert done.returncode == code, done.stderr
+        last = lines(done)[-1]
+        assert re.fullmatch(rf"run-\w+ {word} .*spent \$(\d+\.\d\d)", last), last
+        run = slow_cycles.run_json(run_name(done))
+        # The line's figure is the bill's, rounded to the cent.
+        assert last.endswith(format_usd(int(Decimal(run["cost"]) * 1_000_000)))
+        assert run["status"] == ("succeeded" if code == 0 else "failed")
