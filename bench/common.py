@@ -2,11 +2,14 @@
 the real `div` run as a subprocess against them."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,3 +49,27 @@ def record(figure: str, value: str, goal: str = "", baseline: str = "", ratio: s
                "value": value, "baseline": baseline, "ratio": ratio}
         with open(path, "a") as f:
             f.write(json.dumps(row) + "\n")
+
+
+@contextlib.contextmanager
+def jobs_cancelled_after(*names: str) -> Iterator[None]:
+    """Every job of these names (a benchmark's own) is cancelled when the
+    block ends, however it ends, and gone from the queue before the next
+    benchmark starts."""
+    try:
+        yield
+    finally:
+        cancel_jobs(names)
+
+
+def cancel_jobs(names: tuple[str, ...], wait: float = 30.0) -> None:
+    # scancel --name takes one name; squeue a list.
+    def listed() -> list[str]:
+        return subprocess.run(["squeue", "--noheader", f"--name={','.join(names)}", "--format=%A"],
+                              capture_output=True, text=True).stdout.split()
+    jobs = listed()
+    if jobs:
+        subprocess.run(["scancel", *jobs], check=False)
+    deadline = time.monotonic() + wait
+    while listed() and time.monotonic() < deadline:
+        time.sleep(0.2)

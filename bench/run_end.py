@@ -21,7 +21,7 @@ from pathlib import Path
 import submitit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import DIV, ROOT, div, div_env, record, summary  # noqa: E402
+from bench.common import DIV, ROOT, div, div_env, jobs_cancelled_after, record, summary  # noqa: E402
 
 DATA = Path(os.environ.get("DIV_DATA_DIR", ROOT / "instance" / "data"))
 ORG = "dev"   # the dev org (flask dev-bootstrap)
@@ -67,14 +67,12 @@ def main() -> None:
         executor.update_parameters(partition="cpu", account="dev", time=5, cpus_per_task=1,
                                    mem="2G", job_name="div-bench-submitit")
         theirs, ours, after_exit = [], [], []
-        try:
+        with jobs_cancelled_after("div-bench-submitit"):
             for _ in range(rounds):
                 theirs.append(through_submitit(executor))
                 took, late = through_div(project)
                 ours.append(took)
                 after_exit.append(late)
-        finally:
-            subprocess.run(["scancel", "--name=div-bench-submitit"], check=False)
     print(f"submitit submit + result   {summary(theirs)}")
     print(f"div run t.py::fn           {summary(ours)}")
     print("last line after the exit   " + " ".join(f"{late:.2f}" for late in after_exit))

@@ -11,14 +11,13 @@ MaxJobCount (10,000): give it five minutes before the tests.
 from __future__ import annotations
 
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import record  # noqa: E402
+from bench.common import jobs_cancelled_after, record  # noqa: E402
 from divergent.slurm.client import SlurmClient  # noqa: E402
 from divergent.slurm.pyslurm_client import PyslurmClient  # noqa: E402
 from divergent.slurm.transport import SSHTransport  # noqa: E402
@@ -58,10 +57,11 @@ def timed(query, ids: list[str]) -> tuple[float, int]:
 
 def main() -> None:
     pyslurm_client = PyslurmClient()
-    started = time.perf_counter()
-    ids = submit_held(pyslurm_client.pyslurm, JOBS)
-    print(f"{JOBS} held jobs submitted in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-    try:
+    with jobs_cancelled_after(NAME):
+        started = time.perf_counter()
+        ids = submit_held(pyslurm_client.pyslurm, JOBS)
+        print(f"{JOBS} held jobs submitted in {time.perf_counter() - started:.1f} s",
+              file=sys.stderr)
         with running_sshd() as login:
             ssh = SSHTransport(**login)
             ways = {"squeue + sacct here": SlurmClient().query,
@@ -71,8 +71,6 @@ def main() -> None:
                         set(wanted))[0]}
             results = {way: timed(query, ids) for way, query in ways.items()}
             ssh.close()
-    finally:
-        subprocess.run(["scancel", f"--name={NAME}"], check=False)
     baseline = results["squeue + sacct here"][0]
     print(f"\none query of {JOBS} live (held) jobs, median of {ROUNDS}")
     print(f"{'way in':28s} {'time':>9s} {'jobs':>6s} {'vs squeue + sacct':>18s}")

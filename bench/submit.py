@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import record  # noqa: E402
+from bench.common import jobs_cancelled_after, record  # noqa: E402
 from divergent.app.services.accounts.unix_users import HELPER  # noqa: E402
 from divergent.slurm.client import SlurmClient  # noqa: E402
 from divergent.slurm.jobspec import JobSpec, SlurmSite  # noqa: E402
@@ -72,19 +72,17 @@ def main() -> None:
                        volumes_dir=f"{tmp}/org", project="bench")
         as_org, org_spec = client.as_user(ORG_USER), replace(spec, account=ORG_ACCOUNT)
         raw, ours, org_users, to_running = [], [], [], []
-        for _ in range(ROUNDS):  # interleaved, so all see the same cluster load
-            raw.append(raw_sbatch(tmp))
-            ours.append(adapter_submit(client, spec, site)[0])
-            org_users.append(adapter_submit(as_org, org_spec, site)[0])
-        time.sleep(2)
-        for _ in range(ROUNDS // 2):  # one at a time, onto an idle cluster
-            seconds, job = adapter_submit(client, spec, site)
-            to_running.append(until_running(job, time.perf_counter() - seconds))
-            time.sleep(0.3)
-        subprocess.run(["scancel", "-n", "div-run-bench,wrap"], check=False)
-        while subprocess.run(["squeue", "-h", "-n", "div-run-bench,wrap"], capture_output=True,
-                             text=True).stdout.strip():
-            time.sleep(0.2)     # gone before their folder is
+        # Gone before their folder is.
+        with jobs_cancelled_after("div-run-bench", "wrap"):
+            for _ in range(ROUNDS):  # interleaved, so all see the same cluster load
+                raw.append(raw_sbatch(tmp))
+                ours.append(adapter_submit(client, spec, site)[0])
+                org_users.append(adapter_submit(as_org, org_spec, site)[0])
+            time.sleep(2)
+            for _ in range(ROUNDS // 2):  # one at a time, onto an idle cluster
+                seconds, job = adapter_submit(client, spec, site)
+                to_running.append(until_running(job, time.perf_counter() - seconds))
+                time.sleep(0.3)
 
     text = sacct_lines(10_000)
     parse_times = []

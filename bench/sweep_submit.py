@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import record  # noqa: E402
+from bench.common import jobs_cancelled_after, record  # noqa: E402
 from divergent.slurm.client import SlurmClient  # noqa: E402
 from divergent.slurm.jobspec import ArrayMember, JobSpec, SlurmSite  # noqa: E402
 from divergent.slurm.script import render_batch_script  # noqa: E402
@@ -52,13 +52,13 @@ def main() -> None:
         raw = ["sbatch", "--parsable", "--hold", "-A", "dev", "-p", "cpu",
                "-o", f"{tmp}/raw-%A_%a", f"--array=0-{MEMBERS - 1}", "--wrap", "true"]
         one_by_one, as_array, raw_array = [], [], []
-        for _ in range(ROUNDS):     # interleaved, so each sees the same cluster
-            one_by_one.append(timed(lambda: [client.submit(s) for s in singles]))
-            as_array.append(timed(lambda: client.submit(array)))
-            raw_array.append(timed(lambda: subprocess.run(raw, check=True, capture_output=True)))
-        names = ",".join(["div-sweep-bench", "wrap"] + [f"div-sweep-bench-{i}"
-                                                         for i in range(MEMBERS)])
-        subprocess.run(["scancel", "-u", "root", "-n", names], check=False)
+        names = ["div-sweep-bench", "wrap"] + [f"div-sweep-bench-{i}" for i in range(MEMBERS)]
+        with jobs_cancelled_after(*names):
+            for _ in range(ROUNDS):     # interleaved, so each sees the same cluster
+                one_by_one.append(timed(lambda: [client.submit(s) for s in singles]))
+                as_array.append(timed(lambda: client.submit(array)))
+                raw_array.append(timed(lambda: subprocess.run(raw, check=True,
+                                                              capture_output=True)))
 
     singles_ms = statistics.median(one_by_one) * 1e3
     array_ms = statistics.median(as_array) * 1e3
