@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import DIV, ROOT, div_env, record  # noqa: E402
-from divergent.cli.upload import file_sha256  # noqa: E402
+from divergent.cli.hash_cache import file_sha256  # noqa: E402
 
 SHARE = ROOT / "instance" / "data" / "share" / "dev"
 ROUNDS = 3

@@ -6,6 +6,7 @@ Python cannot read (syntax newer than its own) is the image's to judge."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Collection
 from pathlib import Path
 
 import click
@@ -18,7 +19,7 @@ SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.L
 
 
 def check_entrypoint(words: tuple[str, ...], after_dashes: bool, root: Path,
-                     uploaded: list[str]) -> None:
+                     uploaded: Collection[str]) -> None:
     """Exit 2 (a usage error) when the entrypoint's file is not among the
     files to upload, or surely does not define the function."""
     entry = python_entrypoint(words, after_dashes)

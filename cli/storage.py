@@ -21,6 +21,7 @@ from divergent.cli.api import ApiClient, ApiError
 from divergent.cli.complete import volume_names
 from divergent.cli.context import pass_api
 from divergent.cli.flags import parse_volume
+from divergent.cli.hash_cache import HashCache
 from divergent.cli.output import count, print_json, started, table
 from divergent.cli.progress import Progress
 from divergent.cli.upload import LocalFile, hash_file, refuse_too_large, regular_files, stat_files, walk_files
@@ -89,16 +90,18 @@ def put(api: ApiClient, volume: str, local: Path) -> None:
     local = local.resolve()
     if local.is_dir():
         root, base = local, local.name
-        rels = regular_files(root, walk_files(root, excluded=False))
-        if not rels:
+        stats = regular_files(root, walk_files(root, excluded=False))
+        if not stats:
             raise click.UsageError(f"{local} has no files to upload")
     else:
-        root, base, rels = local.parent, "", [local.name]
-    stats = stat_files(root, rels)
+        root, base = local.parent, ""
+        stats = stat_files(root, [local.name])
+    rels = list(stats)
     for rel in rels:
         refuse_too_large(rel, stats[rel].st_size)
     upload = Put(api, volume, root, base)
-    small = [hash_file(root, rel, stats[rel]) for rel in rels if stats[rel].st_size < SMALL_FILE]
+    small = [hash_file(root, rel, stats[rel], upload.hashes) for rel in rels
+             if stats[rel].st_size < SMALL_FILE]
     large = [rel for rel in rels if stats[rel].st_size >= SMALL_FILE]
     # The small files' plan goes first, alone: it creates the volume, which
     # the large files' plans, side by side, then find.
@@ -117,6 +120,7 @@ def put(api: ApiClient, volume: str, local: Path) -> None:
                 job.result()
         finally:
             upload.progress.close()
+            upload.hashes.save()
     target = f"{volume}/{base}" if base else f"{volume}/{local.name}"
     skipped = len(rels) - upload.files
     click.echo(f"{count(upload.files, 'file')}, {format_bytes(upload.bytes)} → {shown(target)}"
@@ -132,6 +136,8 @@ class Put:
         self.progress: Progress     # set by put() once the total is known, before any send
         self.files = self.bytes = 0
         self._lock = threading.Lock()
+        # Files unchanged since an earlier put or run are not read again.
+        self.hashes = HashCache(root)
 
     def remote(self, file: LocalFile) -> str:
         return f"{self.base}/{file.path}" if self.base else file.path
@@ -146,7 +152,7 @@ class Put:
         return [f for f in files if self.remote(f) in to_send]
 
     def send_large(self, group: list[str], stats: dict[str, os.stat_result]) -> None:
-        files = [hash_file(self.root, rel, stats[rel]) for rel in group]
+        files = [hash_file(self.root, rel, stats[rel], self.hashes) for rel in group]
         sending = self.plan(files)
         self.progress.drop(sum(f.size for f in files) - sum(f.size for f in sending))
         for file in sending:

@@ -4,7 +4,6 @@ blobs the server lacks sent, several at a time."""
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import stat
 import subprocess
@@ -18,6 +17,7 @@ import click
 
 from divergent.cli.api import ApiClient
 from divergent.cli.follow import WaitingLine
+from divergent.cli.hash_cache import HashCache
 from divergent.cli.output import count
 from divergent.terms import format_bytes, shown
 
@@ -74,31 +74,32 @@ def _inside(root: Path, path: Path) -> bool:
     return path == root or root in path.parents
 
 
-def regular_files(root: Path, candidates: list[str]) -> list[str]:
-    """The candidates that are regular files, with / separators. A symlink is
-    taken as the file it points to when that is inside `root`; one that
-    points out is skipped with a warning."""
+def regular_files(root: Path, candidates: list[str]) -> dict[str, os.stat_result]:
+    """The candidates that are regular files, with / separators, each with
+    its stat (the one stat a file costs). A symlink is taken as the file it
+    points to when that is inside `root`; one that points out is skipped
+    with a warning."""
     root = root.resolve()
-    chosen = []
+    chosen = {}
     for rel in sorted(set(candidates)):
         path = os.path.join(root, rel)
         try:
-            mode = os.lstat(path).st_mode
-            if stat.S_ISLNK(mode):
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
                 if not _inside(root, Path(path).resolve()):
                     click.echo(f"skipped {rel}: a link to outside {root}", err=True)
                     continue
-                mode = os.stat(path).st_mode
+                st = os.stat(path)
         except OSError:    # git lists deleted files too
             continue
-        if stat.S_ISREG(mode):   # and submodules, which are folders
-            chosen.append(rel.replace(os.sep, "/"))
+        if stat.S_ISREG(st.st_mode):   # and submodules, which are folders
+            chosen[rel.replace(os.sep, "/")] = st
     return chosen
 
 
-def list_files(root: Path) -> list[str]:
-    """What `div run` uploads: git's view inside a repository, else the
-    folder less the docs' exclusions."""
+def list_files(root: Path) -> dict[str, os.stat_result]:
+    """What `div run` uploads, each with its stat: git's view inside a
+    repository, else the folder less the docs' exclusions."""
     candidates = _git_files(root.resolve())
     if candidates is not None:
         _warn_of_env_files(root, candidates)
@@ -129,30 +130,27 @@ def refuse_too_large(rel: str, size: int) -> None:
             "-- '<download> /mnt/<volume>/...' (the volumes guide, Large files)")
 
 
-def hash_file(root: Path, rel: str, st: os.stat_result) -> LocalFile:
+def hash_file(root: Path, rel: str, st: os.stat_result, hashes: HashCache) -> LocalFile:
     path = os.path.join(root, rel)
     refuse_too_large(rel, st.st_size)
     # Executable as git counts it: an x bit set (not whether we may run it).
-    return LocalFile(rel, path, file_sha256(path), st.st_size, bool(st.st_mode & 0o111))
+    return LocalFile(rel, path, hashes.sha256(rel, path, st), st.st_size,
+                     bool(st.st_mode & 0o111))
 
 
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def hash_files(root: Path, paths: list[str]) -> list[LocalFile]:
+def hash_files(root: Path, stats: dict[str, os.stat_result]) -> list[LocalFile]:
     """Large files in threads (hashlib releases the GIL); small ones inline,
-    where a thread hand-off would cost more than the hash. One stat a file."""
-    stats = stat_files(root, paths)
-    large = [rel for rel in paths if stats[rel].st_size >= 1 << 20]
+    where a thread hand-off would cost more than the hash. A file unchanged
+    since it was last hashed is not read (HashCache)."""
+    hashes = HashCache(root)
+    large = [rel for rel, st in stats.items() if st.st_size >= 1 << 20]
     with ThreadPoolExecutor(PARALLEL) as pool:
-        hashed = dict(zip(large, pool.map(lambda rel: hash_file(root, rel, stats[rel]), large),
-                          strict=True))
-    return [hashed[rel] if rel in hashed else hash_file(root, rel, stats[rel]) for rel in paths]
+        hashed = dict(zip(large, pool.map(lambda rel: hash_file(root, rel, stats[rel], hashes),
+                                          large), strict=True))
+    files = [hashed[rel] if rel in hashed else hash_file(root, rel, st, hashes)
+             for rel, st in stats.items()]
+    hashes.save()
+    return files
 
 
 def stat_files(root: Path, paths: list[str]) -> dict[str, os.stat_result]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from divergent.cli.upload import file_sha256
+from divergent.cli.hash_cache import file_sha256
 from tests.buckets import keys_below, new_bucket, object_sha256, put_objects, s3_client
 from tests.conftest import S3_ORG, S3_SECRETS
 
