@@ -36,14 +36,17 @@ from inotify_simple import INotify
 from inotify_simple import flags as inotify_flags
 
 from divergent.app.extensions import db
-from divergent.app.services.runs.logs import KeyRevoked, LogItem
+from divergent.app.services.runs.logs import POLL_SECONDS, KeyRevoked, LogItem
 from divergent.app.web.gunicorn_conf import IDLE_SECONDS
 
 log = logging.getLogger("divergent.follow_hub")
 
 # What the hub holds unsent for a client before it stops reading that
-# client's run: the client reads slower than the run writes.
-MAX_UNSENT = 1 << 20
+# client's run (the client reads slower than the run writes), beyond the
+# kernel's socket buffer: an event at most past it.
+MAX_UNSENT = 64 << 10
+# A run that writes all the time wakes its streams at most this often.
+MIN_GAP_SECONDS = POLL_SECONDS
 # A run's folder changes: its logs grew, its exit file was written.
 CHANGES = inotify_flags.MODIFY | inotify_flags.CREATE | inotify_flags.MOVED_TO
 WATCH = CHANGES | inotify_flags.DONT_FOLLOW | inotify_flags.ONLYDIR
@@ -80,7 +83,8 @@ class Stream:
     ending: bool = False          # the last chunk is in `unsent`: close once it is sent
     held_back: bool = False       # not asked for more until the client reads what it has
     stalled_since: float | None = None
-    due: float = 0.0
+    due: float = 0.0              # when it is next asked for events
+    asked: float = 0.0            # when it was last asked
 
 
 # Where the worker offers the hub to the app (the request's environ), and
@@ -234,18 +238,25 @@ class FollowHub:
 
     def _changed(self) -> None:
         assert self.inotify is not None
+        now = time.monotonic()
         for event in self.inotify.read(timeout=0):
             for stream in list(self.watched.get(event.wd, ())):
-                self._wake(stream, 0.0)
+                self._wake(stream, max(0.0, stream.asked + MIN_GAP_SECONDS - now))
 
     def _wake(self, stream: Stream, after: float) -> None:
-        stream.due = time.monotonic() + after
-        heapq.heappush(self.timers, (stream.due, next(self.order), stream))
+        """Asks the stream for events in `after` seconds, or sooner if it
+        was to be asked sooner already."""
+        now = time.monotonic()
+        when = now + after
+        if stream.due <= now or when < stream.due:
+            stream.due = when
+            heapq.heappush(self.timers, (when, next(self.order), stream))
 
     def _advance(self, stream: Stream) -> None:
         """The stream's events up to its next Wait, into its buffer."""
         if stream.ending or stream.held_back:
             return
+        stream.asked = time.monotonic()
         try:
             for item in stream.items:
                 if not isinstance(item, dict):

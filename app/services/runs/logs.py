@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import cast
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from divergent.app.extensions import db
 from divergent.app.models import LIVE, ApiKey, Org, Run, utcnow
 from divergent.app.services.accounts.masking import NO_MASK, Masker
@@ -106,9 +108,12 @@ def log_events(state_dir: str, offsets: dict[str, int], follow: bool,
     command_ended = False
     read = 0
     while True:
-        if not ended and not command_ended and ending():
-            command_ended, next_poll = True, 0.0
+        # Asked each time: a run Slurm started again has a new attempt's file.
+        now_ending = not ended and ending()
+        if now_ending and not command_ended:
+            next_poll = 0.0
             heard_end()
+        command_ended = now_ending
         if not follow and read >= READ_BYTES:
             yield {"event": "more", **offsets}
             return
@@ -193,8 +198,14 @@ def run_log_events(org: Org, run: Run, key_id: int, offsets: dict[str, int],
         return event
 
     def heard_end():
-        db.session.execute(db.update(Run).where(Run.id == run_id).values(end_heard_at=utcnow()))
-        db.session.commit()
+        # Only sooner: the reconciler's cycle settles the run anyway, so a
+        # database that cannot take the write now never ends the stream.
+        try:
+            db.session.execute(db.update(Run).where(Run.id == run_id)
+                               .values(end_heard_at=utcnow()))
+            db.session.commit()
+        except SQLAlchemyError:
+            db.session.rollback()
 
     return log_events(state_dir, offsets, follow, poll_run, end_event, masker,
                       lambda: run_is_ending(state_dir, attempt), heard_end, idle_poll)
