@@ -211,7 +211,7 @@ class Run(Base):
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # When a follower of its log saw its command end (its exit file): the
     # reconciler asks Slurm about it at once, not at its next cycle.
-    end_heard_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    end_heard_at: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
 
     project = relationship("Project")
     user = relationship("User")
