@@ -244,26 +244,44 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
 
 
 def follow_ending(until: float, stop: threading.Event) -> None:
-    """Between cycles, every HEARD_SECONDS, the runs whose command has
-    ended: those ending when the cycle began, and those a log follower saw
-    end since (Run.end_heard_at). squeue alone says which of them Slurm has
-    ended (milliseconds); those alone are settled (one squeue and one sacct
-    for them all). `div run` and the dashboard show a run's end a moment
-    after Slurm has it, not a cycle later."""
+    """Between cycles, the runs whose command has ended: those ending when
+    the cycle began, and those a log follower saw end since
+    (Run.end_heard_at), looked for every HEARD_SECONDS. squeue alone says
+    which of them Slurm has ended (milliseconds; sacct is a round trip to
+    the database), asked as often for EAGER_SECONDS and then less and less
+    often while Slurm has not; those alone are settled, with one squeue and one sacct for
+    them all. `div run` and the dashboard show a run's end a moment after
+    Slurm has it, not a cycle later."""
     ending = {run.id: run for run in runs_ending()}
+    pause, ask_at = HEARD_SECONDS, time.monotonic()
+    eager_until = ask_at      # eager only for what was heard these last EAGER_SECONDS
     while time.monotonic() + HEARD_SECONDS < until:
-        ending.update((run.id, run) for run in runs_heard_ending())
-        ended = slurm_client().ended([_job_id(run) for run in ending.values()]) \
-            if ending else set()
-        if ended:
-            follow_jobs([run for run in ending.values() if _job_id(run) in ended])
-            ending = {key: run for key, run in ending.items() if run.status in LIVE}
+        heard = [run for run in runs_heard_ending() if run.id not in ending]
+        if heard:
+            ending.update((run.id, run) for run in heard)
+            pause, ask_at = HEARD_SECONDS, time.monotonic()
+            newest = max(cast(datetime, run.end_heard_at) for run in heard)
+            eager_until = max(eager_until, ask_at + EAGER_SECONDS
+                              - (utcnow() - newest).total_seconds())
+        now = time.monotonic()
+        if ending and now >= ask_at:
+            ended = slurm_client().ended([_job_id(run) for run in ending.values()])
+            if ended:
+                follow_jobs([run for run in ending.values() if _job_id(run) in ended])
+                ending = {key: run for key, run in ending.items() if run.status in LIVE}
+            pause = HEARD_SECONDS if now < eager_until else min(MAX_ENDING_PAUSE, pause * 2)
+            ask_at = time.monotonic() + pause
         if stop.wait(HEARD_SECONDS):
             return
 
 
-# How often the reconciler looks for runs a follower saw end, between cycles.
+# How often the reconciler looks for runs a follower saw end, between
+# cycles; how long it asks squeue about them that often (most jobs end
+# within a few tenths of a second of their command), and how long at most
+# it waits between asking after that.
 HEARD_SECONDS = 0.05
+EAGER_SECONDS = 1.0
+MAX_ENDING_PAUSE = 0.8
 
 
 def runs_ending() -> list[Run]:

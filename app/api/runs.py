@@ -100,7 +100,8 @@ def runs_logs(name: str):
     tail = int_arg("tail", None, minimum=1)
     offsets = (tail_offsets(g.user.org, run, min(tail, MAX_TAIL_LINES)) if tail is not None
                else {s: int_arg(s, 0) for s in STREAMS})
-    follow = request.args.get("follow", "") in ("1", "true")
+    # A HEAD is answered at once: it has no body to follow the run in.
+    follow = request.args.get("follow", "") in ("1", "true") and request.method == "GET"
     hub = request.environ.get(HUB) if follow else None
     # Woken by the run's writes, a stream held by the hub need not look often.
     idle_poll = STATUS_SECONDS if hub is not None and hub.sees_changes else IDLE_POLL_SECONDS

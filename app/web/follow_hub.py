@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from email.utils import formatdate
 
 from flask import Flask
 from inotify_simple import INotify
@@ -47,7 +48,8 @@ log = logging.getLogger("divergent.follow_hub")
 MAX_UNSENT = 64 << 10
 # A run that writes all the time wakes its streams at most this often.
 MIN_GAP_SECONDS = POLL_SECONDS
-# A run's folder changes: its logs grew, its exit file was written.
+# A run's folder changes: its logs grew, its exit file was written (the
+# names that matter to a stream; metrics.jsonl and the rest wake nothing).
 CHANGES = inotify_flags.MODIFY | inotify_flags.CREATE | inotify_flags.MOVED_TO
 WATCH = CHANGES | inotify_flags.DONT_FOLLOW | inotify_flags.ONLYDIR
 # Filesystems whose inotify sees every write (those of the server's host).
@@ -96,9 +98,9 @@ HAND_OFF = "divergent.follow_hub.stream"
 def response_head(status: str, headers: list[tuple[str, str]], chunked: bool) -> bytes:
     """The status line and headers of a streamed response the hub writes:
     chunked (HTTP/1.1) or to the connection's close (HTTP/1.0)."""
-    lines = [f"HTTP/1.1 {status}"] + [f"{name}: {value}" for name, value in headers
-                                      if name.lower() not in ("content-length", "connection",
-                                                              "transfer-encoding")]
+    lines = [f"HTTP/1.1 {status}", f"Date: {formatdate(usegmt=True)}"]
+    lines += [f"{name}: {value}" for name, value in headers
+              if name.lower() not in ("content-length", "connection", "transfer-encoding", "date")]
     lines += ["Transfer-Encoding: chunked"] if chunked else []
     lines += ["Connection: close", "", ""]
     return "\r\n".join(lines).encode("latin-1")
@@ -127,6 +129,10 @@ class FollowHub:
         self.inotify = self._inotify(app, watch_changes)
         self.thread: threading.Thread | None = None
         self.next_cut = 0.0
+        # inotify's descriptor is in the selector while folders are watched,
+        # and out of it for MIN_GAP_SECONDS after each read of its events.
+        self.listening = False
+        self.deaf_until = 0.0
 
     @staticmethod
     def _inotify(app: Flask, watch_changes: bool | None) -> INotify | None:
@@ -157,7 +163,10 @@ class FollowHub:
             if self.thread is None:
                 self.thread = threading.Thread(target=self._serve, name="follow-hub", daemon=True)
                 self.thread.start()
-        os.write(self.wake_w, b"x")
+        try:
+            os.write(self.wake_w, b"x")
+        except BlockingIOError:
+            pass    # the pipe is full of wakes the thread has yet to read: it will
 
     # The hub's thread from here on.
 
@@ -171,8 +180,12 @@ class FollowHub:
                     db.session.rollback()
 
     def _turn(self) -> None:
-        timeout = max(0.0, self.timers[0][0] - time.monotonic()) if self.timers else None
-        for key, events in self.selector.select(min(timeout, 1.0) if timeout is not None else 1.0):
+        now = time.monotonic()
+        until = [self.timers[0][0]] if self.timers else []
+        if self.watched and not self.listening:
+            until.append(self.deaf_until)
+        timeout = min([1.0] + [max(0.0, t - now) for t in until])
+        for key, events in self.selector.select(timeout):
             if key.data is None:
                 self._take_adopted()
             elif key.data == "inotify":
@@ -189,6 +202,19 @@ class FollowHub:
         if now >= self.next_cut:
             self.next_cut = now + 1.0
             self._cut_stalled(now)
+        self._listen(now)
+
+    def _listen(self, now: float) -> None:
+        """inotify's descriptor in the selector when there are folders to
+        watch and its last read is MIN_GAP_SECONDS past."""
+        if self.inotify is None:
+            return
+        wanted = bool(self.watched) and now >= self.deaf_until
+        if wanted and not self.listening:
+            self.selector.register(self.inotify.fileno(), selectors.EVENT_READ, "inotify")
+        elif self.listening and not wanted:
+            self.selector.unregister(self.inotify.fileno())
+        self.listening = wanted
 
     def _take_adopted(self) -> None:
         try:
@@ -199,9 +225,14 @@ class FollowHub:
             adopted, self.adopted = self.adopted, []
         for stream in adopted:
             self.streams.add(stream)
-            self.selector.register(stream.sock, selectors.EVENT_READ | selectors.EVENT_WRITE,
-                                   stream)
-            self._watch(stream)
+            try:
+                self.selector.register(stream.sock, selectors.EVENT_READ | selectors.EVENT_WRITE,
+                                       stream)
+                self._watch(stream)
+            except Exception:      # its connection already gone, say: the others go on
+                log.exception("could not take a log stream")
+                self._close(stream)
+                continue
             self._wake(stream, 0.0)
 
     def _watch(self, stream: Stream) -> None:
@@ -215,8 +246,6 @@ class FollowHub:
                 if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ENOSPC):
                     log.warning("cannot watch %s: %s", stream.folder, exc)
                 return
-            if not self.watched:
-                self.selector.register(self.inotify.fileno(), selectors.EVENT_READ, "inotify")
             self.watches[stream.folder] = wd
         self.watched.setdefault(wd, set()).add(stream)
 
@@ -227,21 +256,35 @@ class FollowHub:
         streams = self.watched.get(wd, set())
         streams.discard(stream)
         if not streams:
-            del self.watches[stream.folder]
-            self.watched.pop(wd, None)
+            self._forget(wd)
             try:
                 self.inotify.rm_watch(wd)
             except OSError:      # the folder went, and its watch with it
                 pass
-            if not self.watched:
-                self.selector.unregister(self.inotify.fileno())
+
+    def _forget(self, wd: int) -> None:
+        self.watched.pop(wd, None)
+        for folder in [f for f, known in self.watches.items() if known == wd]:
+            del self.watches[folder]
 
     def _changed(self) -> None:
+        """Wakes the streams whose logs or exit file changed; then hears no
+        more for MIN_GAP_SECONDS, so a run that writes all the time costs
+        this thread a look that often, not one a write."""
         assert self.inotify is not None
         now = time.monotonic()
+        woken: set[Stream] = set()
         for event in self.inotify.read(timeout=0):
-            for stream in list(self.watched.get(event.wd, ())):
-                self._wake(stream, max(0.0, stream.asked + MIN_GAP_SECONDS - now))
+            if event.mask & inotify_flags.Q_OVERFLOW:       # some events lost: every stream looks
+                woken.update(self.streams)
+            elif event.mask & inotify_flags.IGNORED:        # its folder went
+                self._forget(event.wd)
+            elif event.name in ("stdout", "stderr") or event.name.startswith("exit."):
+                woken.update(self.watched.get(event.wd, ()))
+        for stream in woken:
+            self._wake(stream, max(0.0, stream.asked + MIN_GAP_SECONDS - now))
+        self.deaf_until = now + MIN_GAP_SECONDS
+        self._listen(now)
 
     def _wake(self, stream: Stream, after: float) -> None:
         """Asks the stream for events in `after` seconds, or sooner if it
@@ -308,14 +351,16 @@ class FollowHub:
 
     @staticmethod
     def _client_left(stream: Stream) -> bool:
-        """Whether the client closed its side (it sends nothing more once it
-        has asked: what it does send is read and dropped)."""
+        """Whether the client closed its side, or sent more after its request
+        (a follower has nothing more to say: the connection closes rather
+        than read what it sends forever)."""
         try:
-            return stream.sock.recv(4096) == b""
+            stream.sock.recv(1)
         except BlockingIOError:
             return False
         except OSError:
-            return True
+            pass
+        return True
 
     def _cut_stalled(self, now: float) -> None:
         for stream in [s for s in self.streams

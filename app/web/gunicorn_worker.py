@@ -27,6 +27,8 @@ import os
 import socket
 import threading
 import time
+from datetime import timedelta
+from types import SimpleNamespace
 
 from gunicorn import util
 from gunicorn.workers.gthread import ThreadWorker
@@ -76,6 +78,9 @@ class LingerInThreadWorker(ThreadWorker):
             chunked = environ.get("SERVER_PROTOCOL") != "HTTP/1.0"
             self.hub.adopt(sock.dup(), response_head(*head, chunked), *stream, chunked=chunked)
             self._handed_off.add(sock)
+            # Logged as handed over (its length unknown): gunicorn logs only what it wrote.
+            self.log.access(SimpleNamespace(status=head[0], headers=head[1], sent=None), {},
+                            environ, timedelta(0))
             raise HandedOff
         return serve
 

@@ -21,8 +21,10 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
+from flask import Flask, current_app
 from sqlalchemy.exc import SQLAlchemyError
 
 from divergent.app.extensions import db
@@ -160,6 +162,24 @@ def waiting_in_place(items: Iterator[LogItem]) -> Iterator[dict]:
             time.sleep(item)
 
 
+# The marks that a run's command has ended, written one at a time beside
+# the streams: a database slow to take a write (SQLite's lock) never holds
+# up the thread that serves every stream of a worker.
+_nudges = ThreadPoolExecutor(1, thread_name_prefix="end-heard")
+
+
+def _mark_end_heard(app: Flask, run_id: int) -> None:
+    """Has the reconciler ask Slurm about the run at once. Only sooner: its
+    cycle settles the run anyway, so a write the database refuses is dropped."""
+    with app.app_context():
+        try:
+            db.session.execute(db.update(Run).where(Run.id == run_id)
+                               .values(end_heard_at=utcnow()))
+            db.session.commit()
+        except SQLAlchemyError:
+            db.session.rollback()
+
+
 class KeyRevoked(Exception):
     """The key a stream was opened with was revoked while it streamed."""
 
@@ -197,15 +217,10 @@ def run_log_events(org: Org, run: Run, key_id: int, offsets: dict[str, int],
         db.session.rollback()
         return event
 
+    app = current_app._get_current_object()   # type: ignore[attr-defined]
+
     def heard_end():
-        # Only sooner: the reconciler's cycle settles the run anyway, so a
-        # database that cannot take the write now never ends the stream.
-        try:
-            db.session.execute(db.update(Run).where(Run.id == run_id)
-                               .values(end_heard_at=utcnow()))
-            db.session.commit()
-        except SQLAlchemyError:
-            db.session.rollback()
+        _nudges.submit(_mark_end_heard, app, run_id)
 
     return log_events(state_dir, offsets, follow, poll_run, end_event, masker,
                       lambda: run_is_ending(state_dir, attempt), heard_end, idle_poll)
