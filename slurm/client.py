@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable
 
 from divergent.slurm.records import (
+    LIVE_STATES,
     SACCT_FIELDS,
     SINFO_FIELDS,
-    LIVE_STATES,
     SQUEUE_FORMAT,
     JobRecord,
     NodeRecord,
