@@ -125,14 +125,19 @@ node-torch: cluster
 # OpenID Connect provider (node-oidc-provider, from npm, kept in
 # $(OIDC_PROVIDER)). A policy-rc.d keeps the packages' own daemons from
 # starting while they install.
-TOOLS := sshd ssh-keygen chromium nginx openssl systemd-analyze npm
+# Each tool and the packages that bring it: only those missing are asked
+# for (a machine whose Node.js comes from elsewhere, with its own npm, would
+# have Debian's npm conflict with it).
+TOOL_PACKAGES := sshd:openssh-server ssh-keygen:openssh-client chromium:chromium \
+	nginx:NGINX openssl:openssl systemd-analyze:systemd npm:nodejs,npm
 OIDC_PROVIDER := /var/cache/divergent/oidc-provider
 test-tools:
-	@for tool in $(TOOLS); do command -v $$tool >/dev/null || missing=1; done; [ -z "$$missing" ] || ( \
+	@for pair in $(TOOL_PACKAGES); do command -v $${pair%%:*} >/dev/null || \
+		missing="$$missing $$(echo $${pair#*:} | tr , ' ')"; done; [ -z "$$missing" ] || ( \
 		guard=; [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; guard=1; }; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			openssh-server openssh-client chromium openssl systemd nodejs npm \
-			$$(apt-cache show nginx-light >/dev/null 2>&1 && echo nginx-light || echo nginx) >/dev/null; \
+		apt-get update -qq && nginx=$$(apt-cache show nginx-light >/dev/null 2>&1 && echo nginx-light || echo nginx) && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			$${missing//NGINX/$$nginx} >/dev/null; \
 		rc=$$?; [ -z "$$guard" ] || rm -f /usr/sbin/policy-rc.d; exit $$rc)
 	@[ -d $(OIDC_PROVIDER)/node_modules/oidc-provider ] || (mkdir -p $(OIDC_PROVIDER) && \
 		cd $(OIDC_PROVIDER) && npm install --no-audit --no-fund --silent oidc-provider@9.13.3)
