@@ -110,8 +110,10 @@ def test_a_run_goes_through_pyslurm_when_the_site_chooses_it(stack, project):
         done = stack.div("run", "--gpu", "h100", "--name", "via-pyslurm", "--json", "--",
                          "python", "hello.py", cwd=project)
         assert done.returncode == 4, done.stderr
-        # With --json, stdout is the run's JSON alone; its output is on stderr.
-        assert "through pyslurm\nto stderr\n" in done.stderr.decode()
+        # With --json, stdout is the run's JSON alone; its output is on stderr
+        # (each stream's lines in order; the two streams as the run wrote them).
+        assert "through pyslurm\n" in done.stderr.decode()
+        assert "to stderr\n" in done.stderr.decode()
         run = json.loads(done.stdout)
         assert (run["status"], run["exit_code"], run["gpu"]) == ("failed", 4, "h100")
         assert float(run["cost"]) > 0
