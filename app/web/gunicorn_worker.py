@@ -76,7 +76,12 @@ class LingerInThreadWorker(ThreadWorker):
                 body.close()
             sock = environ["gunicorn.socket"]
             chunked = environ.get("SERVER_PROTOCOL") != "HTTP/1.0"
-            self.hub.adopt(sock.dup(), response_head(*head, chunked), *stream, chunked=chunked)
+            try:
+                self.hub.adopt(sock.dup(), response_head(*head, chunked), *stream,
+                               chunked=chunked)
+            except BaseException:
+                stream[2]()      # never the hub's (no descriptor left, say): its slot goes back
+                raise
             self._handed_off.add(sock)
             # Logged as handed over (its length unknown): gunicorn logs only what it wrote.
             self.log.access(SimpleNamespace(status=head[0], headers=head[1], sent=None), {},
