@@ -18,6 +18,7 @@ network filesystem's inotify does not see other hosts' writes; there the
 streams look at their files as often as they would on a thread)."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import heapq
 import itertools
@@ -371,13 +372,13 @@ class FollowHub:
         if stream not in self.streams:
             return
         self.streams.discard(stream)
-        self._unwatch(stream)
         try:
-            self.selector.unregister(stream.sock)
-        except (KeyError, ValueError):
-            pass
-        stream.sock.close()
-        close = getattr(stream.items, "close", None)
-        if close is not None:
-            close()
-        stream.give_back()
+            self._unwatch(stream)
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(stream.sock)
+            stream.sock.close()
+            close = getattr(stream.items, "close", None)
+            if close is not None:
+                close()
+        finally:
+            stream.give_back()     # whatever the closing met: the org's slot is never lost

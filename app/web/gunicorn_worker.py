@@ -76,11 +76,16 @@ class LingerInThreadWorker(ThreadWorker):
                 body.close()
             sock = environ["gunicorn.socket"]
             chunked = environ.get("SERVER_PROTOCOL") != "HTTP/1.0"
+            hub_sock = None
             try:
-                self.hub.adopt(sock.dup(), response_head(*head, chunked), *stream,
-                               chunked=chunked)
+                written_head = response_head(*head, chunked)
+                hub_sock = sock.dup()
+                self.hub.adopt(hub_sock, written_head, *stream, chunked=chunked)
             except BaseException:
-                stream[2]()      # never the hub's (no descriptor left, say): its slot goes back
+                # Never the hub's (no descriptor left, say): its slot goes back.
+                if hub_sock is not None:
+                    hub_sock.close()
+                stream[2]()
                 raise
             self._handed_off.add(sock)
             # Logged as handed over (its length unknown): gunicorn logs only what it wrote.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import os
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -166,6 +167,8 @@ def waiting_in_place(items: Iterator[LogItem]) -> Iterator[dict]:
 # the streams: a database slow to take a write (SQLite's lock) never holds
 # up the thread that serves every stream of a worker.
 _nudges = ThreadPoolExecutor(1, thread_name_prefix="end-heard")
+_nudging: set[int] = set()      # runs whose mark waits to be written
+_nudging_lock = threading.Lock()
 
 
 def _mark_end_heard(app: Flask, run_id: int) -> None:
@@ -178,6 +181,9 @@ def _mark_end_heard(app: Flask, run_id: int) -> None:
             db.session.commit()
         except SQLAlchemyError:
             db.session.rollback()
+        finally:
+            with _nudging_lock:
+                _nudging.discard(run_id)
 
 
 class KeyRevoked(Exception):
@@ -220,6 +226,10 @@ def run_log_events(org: Org, run: Run, key_id: int, offsets: dict[str, int],
     app = current_app._get_current_object()   # type: ignore[attr-defined]
 
     def heard_end():
+        with _nudging_lock:
+            if run_id in _nudging:
+                return      # one write a run at a time, however many follow it
+            _nudging.add(run_id)
         _nudges.submit(_mark_end_heard, app, run_id)
 
     return log_events(state_dir, offsets, follow, poll_run, end_event, masker,
