@@ -12,11 +12,19 @@ export FLASK_APP := wsgi.py
 
 # The server, the reconciler and their admin commands run as the service
 # user (scripts/services); the key file for the developer is copied out.
-up: $(VENV)/.installed cluster s3 services.env
+# The dev site runs images (runtime pyxis) from the registry on the dev
+# cluster's bridge, which is also its mirror: names without a registry
+# (the docs' default image) come from it.
+DEV_REGISTRY := 10.77.0.1:5000
+up: $(VENV)/.installed cluster s3 node-torch services.env
+	slurm/dev/images
 	scripts/services exec $(BIN)/flask db upgrade
 	scripts/services start
 	scripts/services exec $(BIN)/flask dev-bootstrap --env-file instance/dev.env
+	scripts/services exec $(BIN)/flask site --runtime pyxis >/dev/null
+	scripts/services exec $(BIN)/flask site images --mirror $(DEV_REGISTRY) --insecure $(DEV_REGISTRY)
 	install -m 600 instance/dev.env .div-dev.env
+	echo "DIV_DEV_REGISTRY=$(DEV_REGISTRY)" >> .div-dev.env
 	cat $(S3_BASE)/s3.env >> .div-dev.env
 	@# The dev org's S3 secrets are the dev S3 server's keys: div storage import works at once.
 	set -a; . ./.div-dev.env; set +a; for name in $(S3_SECRETS); do \
@@ -24,10 +32,12 @@ up: $(VENV)/.installed cluster s3 services.env
 	@echo "copied to .div-dev.env (mode 0600): set -a; . ./.div-dev.env; set +a"
 
 # The dev stack's own settings (scripts/services reads them): its org may
-# send webhooks to receivers on this machine, which a site never allows.
-services.env:
+# send webhooks to receivers on this machine, which a site never allows;
+# S3 transfer runs use the dev registry's image with boto3.
+services.env: Makefile
 	printf '%s\n' '# The dev stack'"'"'s settings (make up); scripts/services reads them.' \
-		'DIV_WEBHOOK_ALLOWED_NETWORKS=127.0.0.1/32' > $@
+		'DIV_WEBHOOK_ALLOWED_NETWORKS=127.0.0.1/32' \
+		'DIV_TRANSFER_IMAGE=$(DEV_REGISTRY)/div/python:3.11' > $@
 	chmod 644 $@
 
 # A login node's install (docs/admins/login-node.md): the venv and
@@ -50,7 +60,8 @@ wheel: $(VENV)/.installed
 TEST_WORKERS ?= 4
 test: lint cluster s3 postgres test-tools
 	@# pyslurm builds (minutes, the first time) while torch downloads.
-	scripts/pyslurm-wheel & built=$$!; $(NODE_TORCH_INSTALL); torch=$$?; wait $$built && exit $$torch
+	scripts/pyslurm-wheel & built=$$!; $(NODE_TORCH_INSTALL) && slurm/dev/images; torch=$$?; \
+		wait $$built && exit $$torch
 	DIV_DEV_PROFILE=site2 slurm/dev/up && $(BIN)/pytest -m site2; site2=$$?; \
 	slurm/dev/up && $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25; rc=$$?; \
 	exit $$(( rc || site2 ))
@@ -72,6 +83,7 @@ bench: up pyslurm test-tools
 # through declare -f) and the dev and node scripts.
 SHELL_SCRIPTS := slurm/dev/up slurm/dev/down slurm/dev/common.sh slurm/node/prolog \
 	slurm/node/epilog slurm/node/common.sh s3/dev/up s3/dev/down scripts/services \
+	slurm/dev/containers slurm/dev/images slurm/node/image-pull slurm/node/enroot/11-nologin-shell.sh \
 	scripts/postgres-up scripts/pyslurm-wheel deploy/identity/install deploy/identity/divergent-org-user .ci/run
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -43,6 +43,7 @@ from divergent.app.services.site.gauges import record_cycle
 from divergent.app.services.site.slurm_access import slurm_client
 from divergent.slurm.client import SlurmError
 from divergent.slurm.records import JobRecord, run_status
+from divergent.slurm.script import IMAGE_FAILED_FILE
 
 LEASE = leases.RECONCILER
 LEASE_SECONDS = 10.0
@@ -83,6 +84,8 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None,
     if run.started_at is not None:
         run.cost_micros = cost(run.rate_micros_per_hour, run.elapsed_seconds or 0,
                                run.time_limit_minutes)
+        if state_dir is not None and os.path.exists(os.path.join(state_dir, IMAGE_FAILED_FILE)):
+            run.cost_micros = 0     # it was only the attempt to pull its image: ours
     if state_dir is not None and run.started_at is not None:
         if not _read_metrics(run, state_dir, record.finished, metrics_budget) \
                 and record.finished:
@@ -91,8 +94,8 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None,
             run.status = "running"
             return
     if record.finished:
-        if state_dir is not None and run.secrets_sealed:
-            remove_secrets_file(state_dir)
+        if state_dir is not None:
+            remove_secrets_file(state_dir)     # its values, its registry login
         run.slurm_state = record.state
         # A node failure, a preemption or a cancel ends a job 0:0 (scancel's
         # signal is no code of the run's): only a success's 0 is the run's own.

@@ -41,6 +41,12 @@ ACCOUNT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 # and where % is a pattern: only plain path characters.
 STATE_PATH = re.compile(r"^/[A-Za-z0-9._/-]+$")
 JOB_ID = re.compile(r"^[0-9]{1,12}$")
+# An image as the nodes' pull helper takes it (slurm/node/image-pull checks
+# the same shape): REGISTRY#REPOSITORY@sha256:HEX, resolved by the server.
+IMAGE_SOURCE = re.compile(
+    r"^[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?(?::[0-9]{1,5})?"
+    r"#[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"@sha256:[0-9a-f]{64}$")
 
 
 def job_name(run_name: str) -> str:
@@ -184,6 +190,11 @@ class JobSpec:
     # copies of the buckets a run mounts.
     after_jobs: tuple[str, ...] = ()
     array: tuple[ArrayMember, ...] = ()
+    # Runtime pyxis: the image as the nodes pull and cache it, its size
+    # (the pull line's), and whether its registry takes the org's login.
+    image_source: str | None = None
+    image_size: int = 0
+    image_private: bool = False
 
     def __post_init__(self) -> None:
         validate(self)
@@ -225,6 +236,8 @@ def validate(spec: JobSpec) -> None:
     _check(RUN_NAME, spec.run_name, "run name")
     _check(ACCOUNT_NAME, spec.account, "account")
     _check(IMAGE_REF, spec.image, "image")
+    if spec.image_source is not None:
+        _check(IMAGE_SOURCE, spec.image_source, "image source")
     _check(STATE_PATH, spec.state_dir, "state folder")
     _check(RUN_NAME, spec.project, "project")
     _check(GPU_NAME, spec.gpu_type, "gpu type")

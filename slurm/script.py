@@ -17,7 +17,8 @@ from __future__ import annotations
 import shlex
 from importlib import resources
 
-from divergent.slurm.jobspec import JobSpec, SlurmSite, check_env_name, job_name
+from divergent.slurm.jobspec import InvalidJobSpec, JobSpec, SlurmSite, check_env_name, job_name
+from divergent.terms import format_bytes
 
 
 def _fragment(name: str) -> str:
@@ -31,6 +32,13 @@ METRICS_PATH = "/div/metrics.jsonl"
 # read them (the reconciler writes them again for an attempt after a node
 # failure): never in the script itself, which Slurm and admins keep.
 SECRETS_FILE = "secrets.env"
+# A private registry's login (netrc) for the nodes' pull helper, in the
+# state folder (0640) for the run's life: never in the script or the job's
+# environment.
+REGISTRY_LOGIN_FILE = "registry.login"
+# What a node writes when the run's image could not be pulled there: the
+# run was only the attempt to pull, and costs nothing.
+IMAGE_FAILED_FILE = "image.failed"
 # A run whose node fails is requeued by Slurm (--requeue) at most this many
 # times; the attempt after that ends at once, failed, saying so in its log.
 MAX_RESTARTS = 3
@@ -215,6 +223,7 @@ def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
         *_isolation_values(site),
         # Only `none` runs it (EXEC_NONE); images bring their own Python.
         *(["export " + _assign("div_python_env", PYTHON_ENV)] if site.runtime == "none" else []),
+        *_image_values(spec, site),
         # Arrays do not cross srun's environment: a declaration does.
         "export div_bind_paths_decl=" + shlex.quote(
             _array_declaration("div_bind_paths", list(site.bind_paths))),
@@ -231,6 +240,21 @@ def _isolation_values(site: SlurmSite) -> list[str]:
         "export " + _assign("div_node_isolate", "" if pyxis else isolate),
         "export " + _assign("div_isolate", isolate if pyxis else ""),
         'export div_job_hosts="/run/divergent/jobs/$SLURM_JOB_ID/hosts"',
+    ]
+
+
+def _image_values(spec: JobSpec, site: SlurmSite) -> list[str]:
+    """Runtime pyxis: the image the nodes pull (once each) and start."""
+    if site.runtime != "pyxis":
+        return []
+    if spec.image_source is None:
+        raise InvalidJobSpec("runtime pyxis needs the image resolved (its digest)")
+    return [
+        "export " + _assign("div_image_source", spec.image_source),
+        "export " + _assign("div_image_size", format_bytes(spec.image_size)),
+        "export " + _assign("div_image_login",
+                            REGISTRY_LOGIN_FILE if spec.image_private else ""),
+        "export " + _assign("div_image_failed", IMAGE_FAILED_FILE),
     ]
 
 

@@ -32,7 +32,9 @@ def example_spec(**overrides) -> JobSpec:
 @pytest.mark.parametrize("runtime", ["none", "pyxis", "apptainer"])
 def test_batch_script_matches_golden_file(runtime):
     site = SlurmSite(runtime=runtime, bind_paths=("/opt/conda",))
-    script = render_batch_script(example_spec(), site)
+    image = dict(image_source="10.77.0.1:5000#div/python@sha256:" + "0123456789abcdef" * 4,
+                 image_size=65_432_100) if runtime == "pyxis" else {}
+    script = render_batch_script(example_spec(**image), site)
     assert_golden(GOLDEN / f"batch-{runtime}.sh", script)
 
 

@@ -2,6 +2,7 @@
 (`flask site gpu add|ls|rm`)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import cast
 
 import click
@@ -12,6 +13,7 @@ from divergent.app.services.accounts.unix_users import move_to_own_users
 from divergent.app.services.cluster.capacity import cluster_nodes
 from divergent.app.services.cluster.catalog_from_slurm import propose
 from divergent.app.services.errors import Invalid
+from divergent.app.services.images.site import ImageSettingsError, image_settings
 from divergent.app.services.money.pricing import PriceTable, change_prices, current_prices, micros, usd_text
 from divergent.app.services.site.settings import (
     SUBMIT_AS,
@@ -243,6 +245,40 @@ def gpu_rm(name: str) -> None:
     current = with_gpu_type(load_site(), name, None)
     click.echo(f"saved {save_site(current)}", err=True)
     _catalog_table(current.slurm.catalog)
+
+
+@site.command("images")
+@click.option("--mirror", metavar="HOST[:PORT]",
+              help="The registry image names without one come from (default: Docker Hub).")
+@click.option("--registry", "registries", multiple=True, metavar="HOST[:PORT]",
+              help="Another registry runs may name. Repeatable; replaces the list.")
+@click.option("--insecure", multiple=True, metavar="HOST[:PORT]",
+              help="A registry asked over plain HTTP (a dev one). Repeatable; replaces the list.")
+@click.option("--login", "logins", multiple=True, metavar="HOST[:PORT]=PREFIX",
+              help="A private registry: each org's secrets PREFIX_USERNAME and PREFIX_PASSWORD "
+                   "log in. Repeatable; replaces the list.")
+def images(mirror, registries, insecure, logins) -> None:
+    """Show the registries runs take images from (runtime pyxis), or change
+    them. The nodes list the same ones (IMAGE_REGISTRIES, divergent-node.conf)."""
+    current = load_site()
+    values = {key: value for key, value in (
+        ("mirror", mirror), ("registries", list(registries)), ("insecure", list(insecure)),
+        ("logins", _pairs(logins, "--login"))) if value}
+    if values:
+        old = current.images
+        table = {"mirror": old.mirror, "registries": list(old.registries),
+                 "insecure": list(old.insecure), "logins": dict(old.logins), **values}
+        try:
+            current = replace(current, images=image_settings(table))
+        except ImageSettingsError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"saved {save_site(current)}", err=True)
+    settings = current.images
+    click.echo(f"mirror      {settings.mirror}")
+    click.echo(f"registries  {' '.join(settings.registries) or '-'}")
+    click.echo(f"insecure    {' '.join(settings.insecure) or '-'}")
+    for registry, prefix in settings.logins.items():
+        click.echo(f"login       {registry}: secrets {prefix}_USERNAME, {prefix}_PASSWORD")
 
 
 commands = [site]

@@ -1,4 +1,25 @@
+# The image's file on this node (slurm/node/image-pull): from the node's
+# cache, or pulled into it first, which the run's log says. A pull that
+# fails ends the run with enroot's reason and marks it: it costs nothing.
+div_image_file() {
+    local pull=/usr/local/lib/divergent/image-pull login=() log
+    # shellcheck disable=SC2154  # div_image_* come from the values block
+    [ -n "$div_image_login" ] && login=(--private "$div_state/$div_image_login")
+    "$pull" --cached "${login[@]}" "$div_image_source" 2>/dev/null && return 0
+    echo "divergent: pulling $div_image on $SLURMD_NODENAME ($div_image_size)" >&2
+    log="$div_state/image-pull.$SLURMD_NODENAME.log"
+    "$pull" "${login[@]}" "$div_image_source" 2>"$log" && return 0
+    echo "divergent: could not pull $div_image on $SLURMD_NODENAME:" \
+        "$(sed -n 's/^.*\[ERROR\] //p' "$log" | tail -n 1)" >&2
+    : >"$div_state/$div_image_failed"
+    return 125
+}
+
+# `pyxis`: a step of its own on this node, in the image (read-only, each
+# run's writes in an overlay of its own), through enroot.
 div_exec() {
+    local image
+    image=$(div_image_file) || return $?
     local mounts="$scratch/workspace:/workspace,$scratch/mnt:/mnt,$div_state/metrics.jsonl:$DIV_METRICS" v
     for v in "${volumes[@]}"; do
         mounts+=",$div_volumes_dir/$v:/mnt/$v"
@@ -8,7 +29,7 @@ div_exec() {
     # --export=ALL: under the job's --export=NONE a step would get none of
     # the div_* values LAUNCH needs.
     srun --overlap --export=ALL --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
-        ${div_isolate:+"$div_isolate"} --container-image="$div_image" --container-mounts="$mounts" \
+        ${div_isolate:+"$div_isolate"} --container-image="$image" --container-mounts="$mounts" \
         --container-workdir=/workspace --no-container-mount-home \
         /bin/bash -c "$div_launch"
 }

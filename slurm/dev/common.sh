@@ -34,6 +34,13 @@ NODE_PARTS=${DIV_DEV_NODE_PARTS:-/usr/local/lib/divergent}
 # that runs reach. Processes and threads of a job on a node, at most.
 S3_PORT=${DIV_S3_PORT:-18080}
 PIDS_MAX=${DIV_DEV_PIDS_MAX:-4096}
+# Images (runtime pyxis, slurm/dev/containers): the registry on the bridge
+# (and 127.0.0.1, for pushing), its storage, and the nodes' image cache and
+# the user that owns it (slurm/node/image-pull).
+REGISTRY_PORT=${DIV_DEV_REGISTRY_PORT:-5000}
+REGISTRY_STORAGE=${DIV_DEV_REGISTRY_STORAGE:-$STATE/registry}
+IMAGE_USER=div-images
+IMAGE_CACHE=${DIV_DEV_IMAGE_CACHE:-$STATE/images}
 DB_PASSWORD=${DIV_DEV_DB_PASSWORD:-div-dev-slurm}
 # Seconds an accounting query may wait for a lock (Slurm's recommended value).
 # Not a setting: slurmdbd exits on a shorter wait that runs out (slurm/dev/up).

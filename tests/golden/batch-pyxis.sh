@@ -65,6 +65,10 @@ if held:
 export div_node_isolate=''
 export div_isolate=--div-isolate
 export div_job_hosts="/run/divergent/jobs/$SLURM_JOB_ID/hosts"
+export div_image_source='10.77.0.1:5000#div/python@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef'
+export div_image_size='65.4 MB'
+export div_image_login=''
+export div_image_failed=image.failed
 export div_bind_paths_decl='div_bind_paths=(/opt/conda)'
 div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e \
     2>/dev/null)
@@ -192,7 +196,28 @@ div_cleanup() {
     done
 }
 
+# The image's file on this node (slurm/node/image-pull): from the node's
+# cache, or pulled into it first, which the run's log says. A pull that
+# fails ends the run with enroot's reason and marks it: it costs nothing.
+div_image_file() {
+    local pull=/usr/local/lib/divergent/image-pull login=() log
+    # shellcheck disable=SC2154  # div_image_* come from the values block
+    [ -n "$div_image_login" ] && login=(--private "$div_state/$div_image_login")
+    "$pull" --cached "${login[@]}" "$div_image_source" 2>/dev/null && return 0
+    echo "divergent: pulling $div_image on $SLURMD_NODENAME ($div_image_size)" >&2
+    log="$div_state/image-pull.$SLURMD_NODENAME.log"
+    "$pull" "${login[@]}" "$div_image_source" 2>"$log" && return 0
+    echo "divergent: could not pull $div_image on $SLURMD_NODENAME:" \
+        "$(sed -n 's/^.*\[ERROR\] //p' "$log" | tail -n 1)" >&2
+    : >"$div_state/$div_image_failed"
+    return 125
+}
+
+# `pyxis`: a step of its own on this node, in the image (read-only, each
+# run's writes in an overlay of its own), through enroot.
 div_exec() {
+    local image
+    image=$(div_image_file) || return $?
     local mounts="$scratch/workspace:/workspace,$scratch/mnt:/mnt,$div_state/metrics.jsonl:$DIV_METRICS" v
     for v in "${volumes[@]}"; do
         mounts+=",$div_volumes_dir/$v:/mnt/$v"
@@ -202,14 +227,14 @@ div_exec() {
     # --export=ALL: under the job's --export=NONE a step would get none of
     # the div_* values LAUNCH needs.
     srun --overlap --export=ALL --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
-        ${div_isolate:+"$div_isolate"} --container-image="$div_image" --container-mounts="$mounts" \
+        ${div_isolate:+"$div_isolate"} --container-image="$image" --container-mounts="$mounts" \
         --container-workdir=/workspace --no-container-mount-home \
         /bin/bash -c "$div_launch"
 }
 
 srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" ${div_node_isolate:+"$div_node_isolate"} \
     /bin/bash -c "$(declare -f div_node div_warn div_has_trees div_is_volume div_cleanup \
-        div_exec); div_node" \
+        div_exec div_image_file); div_node" \
     >>"$div_state/slurm.log" 2>&1
 rc=$?
 first=$(cat "$div_state/exit.$DIV_RESTART_COUNT.first" 2>/dev/null)

@@ -23,7 +23,7 @@ from divergent.app.services.accounts.orgs import all_named, find_named
 from divergent.app.services.errors import Invalid, NotFound, Unavailable
 from divergent.app.services.instance_files import instance_secret, replace_file
 from divergent.slurm.jobspec import InvalidJobSpec, check_env_name
-from divergent.slurm.script import SECRETS_FILE, secrets_file_text
+from divergent.slurm.script import REGISTRY_LOGIN_FILE, SECRETS_FILE, secrets_file_text
 
 MAX_VALUE_BYTES = 64 * 1024
 # Ours: a run's identity and Slurm's own variables are not for a secret to set.
@@ -107,12 +107,17 @@ def values_for_run(org: Org, names: list[str]) -> dict[str, str]:
 
 
 def write_secrets_file(state_dir: str, values: dict[str, str]) -> None:
-    """The values for the batch script to read and delete (made new).
-    Written whole under another name, then linked in: a script waiting for
-    the file never reads half of it (FileExistsError if it is there)."""
-    if not values:
-        return
-    final = os.path.join(state_dir, SECRETS_FILE)
+    """The values for the batch script to read and delete (made new)."""
+    if values:
+        write_private_file(state_dir, SECRETS_FILE, secrets_file_text(values))
+
+
+def write_private_file(state_dir: str, name: str, text: str) -> None:
+    """A file of the run's secrets (its values, a registry login) in its
+    state folder. Written whole under another name, then linked in: a
+    script waiting for the file never reads half of it (FileExistsError if
+    it is there)."""
+    final = os.path.join(state_dir, name)
     partial = f"{final}.{os.urandom(8).hex()}"
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
@@ -121,7 +126,7 @@ def write_secrets_file(state_dir: str, values: dict[str, str]) -> None:
         # another org's; without them, the server's own group.
         os.fchmod(fd, 0o640)
         with os.fdopen(fd, "w") as f:
-            f.write(secrets_file_text(values))
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.link(partial, final)
@@ -139,9 +144,10 @@ def rewrite_secrets_file(state_dir: str, run: Run) -> None:
 
 def remove_secrets_file(state_dir: str) -> None:
     """For a run that ended before its script read them (canceled queued),
-    and any partial copy a crash left between write and link."""
+    or that ended (its registry login), and any partial copy a crash left
+    between write and link."""
     for name in os.listdir(state_dir) if os.path.isdir(state_dir) else ():
-        if name == SECRETS_FILE or name.startswith(SECRETS_FILE + "."):
+        if name.startswith((SECRETS_FILE, REGISTRY_LOGIN_FILE)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(state_dir, name))
 

@@ -44,6 +44,7 @@ from divergent.app.services.files.volumes import (
     volumes_in_command,
     write_state_file,
 )
+from divergent.app.services.images.runs import RunImage, run_image, write_registry_login
 from divergent.app.services.money.catalog import catalog
 from divergent.app.services.rows import add_unique
 from divergent.app.services.runs.names import insert_run, run_for_request_key
@@ -60,7 +61,7 @@ from divergent.slurm.script import render_batch_script
 
 
 def job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,
-               code_dir: str | None, state_dir: str | None = None,
+               code_dir: str | None, image: RunImage | None, state_dir: str | None = None,
                array: tuple[ArrayMember, ...] = ()) -> str:
     """The batch script of a run, or (with `array`) of a sweep's runs."""
     try:
@@ -71,7 +72,9 @@ def job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,
             project=req.project, array=array,
             image=req.image, time_limit_minutes=sizing.minutes, env=req.env,
             code_dir=code_dir, trees_dir=trees_dir(org), has_secrets=bool(req.secrets),
-            after_jobs=tuple(req.after_jobs)),
+            after_jobs=tuple(req.after_jobs),
+            image_source=image.source if image else None, image_size=image.size if image else 0,
+            image_private=bool(image and image.login)),
             slurm_site())
     except InvalidJobSpec as exc:
         raise Invalid(str(exc)) from None
@@ -90,7 +93,8 @@ def check_run(user: User, req: RunRequest) -> None:
     if req.name is not None and db.session.execute(db.select(Run.id).filter_by(
             org_id=org.id, name=req.name)).first() is not None:
         raise Conflict(f"a run named {req.name} already exists")
-    script = job_script(org, req.name or "run-check", req, sizing, None)
+    script = job_script(org, req.name or "run-check", req, sizing, None,
+                        run_image(org, req.image))
     try:
         slurm_client(ready_for_jobs(user)).test_submit(script)
     except SubmitRefused as exc:
@@ -234,6 +238,7 @@ def create_run(user: User, req: RunRequest, request_key: str | None = None,
     if req.mounts and not req.copies:
         return _create_with_mounts(user, req, request_key)
     sizing = size_run(org, req)
+    image = run_image(org, req.image)
     code_dir, secret_values, project_id, unix_user = prepare(user, req)
     sizing = sized_under_lock(org, req, sizing)
     run = new_run(user, req, sizing, project_id, secret_values, request_key,
@@ -245,13 +250,14 @@ def create_run(user: User, req: RunRequest, request_key: str | None = None,
         return made
     state = run_dir(org, run.name)
     try:
-        script = job_script(org, run.name, req, sizing, code_dir)
+        script = job_script(org, run.name, req, sizing, code_dir, image)
         # For admins: what was submitted (no secret is in it).
         write_state_file(make_state_dir(state), "batch.sh", script)
     except (Invalid, Conflict):
         _forget(run, state)
         raise
     write_secrets_file(state, secret_values)
+    write_registry_login(state, image)
     _record_job(run, _submit(run, org, state, script))
     return run
 

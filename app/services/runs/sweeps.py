@@ -24,6 +24,7 @@ from divergent.app.models import LIVE, Org, Run, Sweep, User, iso_utc
 from divergent.app.services.accounts.secrets import remove_secrets_file, write_secrets_file
 from divergent.app.services.errors import Conflict, Invalid, NotFound, Refused
 from divergent.app.services.files.volumes import data_path, make_state_dir, run_dir, write_state_file
+from divergent.app.services.images.runs import run_image, write_registry_login
 from divergent.app.services.money.pricing import usd_text
 from divergent.app.services.money.usage import minutes_left
 from divergent.app.services.runs.listing import run_json
@@ -184,12 +185,14 @@ def create_sweep(user: User, req: RunRequest, axes_value: object,
     sweep, runs = inserted
     folder = sweep_dir(org, sweep.name)
     try:
-        script = job_script(org, sweep.name, req, sizing, code_dir, folder, tuple(
+        image = run_image(org, req.image)
+        script = job_script(org, sweep.name, req, sizing, code_dir, image, folder, tuple(
             ArrayMember(run.name, run_dir(org, run.name), run.env) for run in runs))
         # For admins: what was submitted (no secret is in it).
         write_state_file(make_state_dir(folder), "batch.sh", script)
         for run in runs:
             write_secrets_file(make_state_dir(run_dir(org, run.name)), secret_values)
+            write_registry_login(run_dir(org, run.name), image)
     except (Invalid, Conflict):
         _forget(org, sweep, runs)
         raise

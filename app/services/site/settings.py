@@ -65,6 +65,7 @@ from typing import cast
 from flask import current_app
 
 from divergent.app.services.errors import Invalid
+from divergent.app.services.images.site import ImageSettings, ImageSettingsError, image_settings
 from divergent.app.services.instance_files import replace_file
 from divergent.slurm.client import SlurmClient
 from divergent.slurm.jobspec import (
@@ -183,6 +184,7 @@ class Site:
     slurm: SlurmSite = field(default_factory=SlurmSite)
     transport: Transport = field(default_factory=Transport)
     identity: Identity = field(default_factory=Identity)
+    images: ImageSettings = field(default_factory=ImageSettings)
 
 
 def site_file() -> str:
@@ -242,7 +244,11 @@ def parse_site(data: dict) -> Site:
                          org_nodes=slurm.get("org_nodes", default.org_nodes))
     except InvalidJobSpec as exc:
         raise SiteConfigError(f"[slurm] {exc}") from None
-    return Site(site, _transport(transport), _identity(data.get("identity", {})))
+    try:
+        images = image_settings(data.get("images", {}))
+    except ImageSettingsError as exc:
+        raise SiteConfigError(str(exc)) from None
+    return Site(site, _transport(transport), _identity(data.get("identity", {})), images)
 
 
 def _catalog(table: object) -> dict[str, GpuType]:
@@ -346,6 +352,10 @@ def site_data(site: Site) -> dict:
                          and (transport.kind == "ssh" or f.name == "kind")}
     data["identity"] = {f.name: value for f in fields(Identity)
                         if (value := getattr(site.identity, f.name)) != f.default}
+    default_images = ImageSettings()
+    data["images"] = {f.name: list(value) if isinstance(value, tuple) else value
+                      for f in fields(ImageSettings)
+                      if (value := getattr(site.images, f.name)) != getattr(default_images, f.name)}
     return data
 
 
@@ -381,7 +391,12 @@ def save_site(site: Site) -> str:
                 lines += [f"{key} = {_toml(value)}" for key, value in gpu.items()]
             continue
         lines.append(f"[{table}]")
-        lines += [f"{key} = {_toml(value)}" for key, value in values.items()]
+        lines += [f"{key} = {_toml(value)}" for key, value in values.items()
+                  if not isinstance(value, dict)]
+        for key, value in values.items():
+            if isinstance(value, dict):     # [images.logins]: registries are quoted keys
+                lines.append(f"[{table}.{key}]")
+                lines += [f"{_toml(name)} = {_toml(item)}" for name, item in value.items()]
     path = site_file()
     replace_file(path, "\n".join(lines) + "\n")
     return path
@@ -395,7 +410,8 @@ def with_changes(site: Site, slurm: dict, transport: dict | None,
     changes = dict(slurm)
     catalog = _renamed(site.slurm.catalog, changes.pop("partitions", {}),
                        changes.pop("gres", {}), changes.pop("gpus_per_node", None))
-    data = site_data(Site(replace(site.slurm, catalog=catalog), site.transport, site.identity))
+    data = site_data(Site(replace(site.slurm, catalog=catalog), site.transport, site.identity,
+                          site.images))
     data["slurm"].update(changes)
     data["identity"].update(identity or {})
     if transport is not None:
