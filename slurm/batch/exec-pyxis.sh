@@ -27,9 +27,12 @@ div_exec() {
     done
     [ -f "$div_job_hosts" ] && mounts+=",$div_job_hosts:/etc/hosts:ro"
     # --export=ALL: under the job's --export=NONE a step would get none of
-    # the div_* values LAUNCH needs.
+    # the div_* values LAUNCH needs. The step's output goes to this node's
+    # own (its files, or the relays), opened by slurmstepd on this node;
+    # srun's own lines ("task 0: Exited with exit code 3") to Slurm's log.
     srun --overlap --export=ALL --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
         ${div_isolate:+"$div_isolate"} --container-image="$image" --container-mounts="$mounts" \
         --container-workdir=/workspace --no-container-mount-home \
-        /bin/bash -c "$div_launch"
+        --output="/proc/$BASHPID/fd/1" --error="/proc/$BASHPID/fd/2" --open-mode=append \
+        /bin/bash -c "$div_launch" >>"$div_state/slurm.log" 2>&1
 }
