@@ -138,6 +138,14 @@ class SlurmClient:
         """srun's help, which lists the options SPANK plugins add."""
         return self._run(["srun", "--help"]).stdout
 
+    def probe(self, partition: str, account: str, argv: list[str]) -> str:
+        """What `argv` prints on a node of `partition`, run there as a
+        one-minute job step of `account`; SlurmError with its reason if it
+        fails or no node is free within 30 s."""
+        return self._run(["srun", f"--partition={partition}", f"--account={account}",
+                          "--nodes=1", "--ntasks=1", "--time=1", "--immediate=30",
+                          "--job-name=divergent-doctor", "--quiet", "--", *argv]).stdout.strip()
+
     def submit(self, script: str) -> str:
         """Submits a batch script (on stdin) and returns the job id."""
         return self._submitted(self._sbatch(["sbatch", "--parsable"], script))

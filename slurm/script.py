@@ -98,6 +98,10 @@ EXEC_APPTAINER = "\n" + _fragment("exec-apptainer.sh")
 PYTHON_ENV = _fragment("python-env.sh").rstrip("\n")
 
 EXEC = {"none": EXEC_NONE, "pyxis": EXEC_PYXIS, "apptainer": EXEC_APPTAINER}
+# What a node needs for each runtime, asked on one (flask doctor): the image
+# helper exec-pyxis.sh calls, or apptainer itself.
+RUNTIME_PROBES = {"pyxis": ["/usr/local/lib/divergent/image-pull", "--check"],
+                  "apptainer": ["apptainer", "--version"]}
 
 # Each attempt, before it waits for anything: its deadline (when Slurm ends
 # it at its time limit, if it has one), and after a node failure a line in

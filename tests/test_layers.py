@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("app", "cli", "slurm", "s3")
 # The service domains from the bottom up, as app/services/__init__.py lists them.
-DOMAINS = ("site", "money", "files", "accounts", "notify", "cluster", "runs")
+DOMAINS = ("images", "site", "money", "files", "accounts", "notify", "cluster", "runs")
 
 
 def imported(path: Path) -> set[str]:

@@ -238,8 +238,11 @@ def test_a_two_minute_time_limit_ends_as_timeout_after_a_warning(sshd, slurm_clu
 
 
 def _wait_running(slurm: SlurmClient, job: str) -> None:
+    """Until the job runs and its prolog is over: a read while Slurm still
+    gives "Prolog" as its reason would differ from the next one."""
     for _ in range(100):
-        if slurm.query([job])[job].state == "RUNNING":
+        record = slurm.query([job])[job]
+        if record.state == "RUNNING" and not record.reason:
             return
         time.sleep(0.1)
     raise AssertionError(f"job {job} did not start")

@@ -2,6 +2,8 @@
 by org. One package per domain, each importing only the ones listed before
 it (tests/test_layers.py holds the order):
 
+  images/    container images: names as Docker writes them, the site's
+             registries and mirror, a name resolved to its digest
   site/      the site's settings, how every process reaches its Slurm, and
              the gauges and request slots all server processes share
   money/     prices, the catalog the site sells, spend per month, bills
@@ -10,7 +12,8 @@ it (tests/test_layers.py holds the order):
   notify/    notifications: what is sent to whom, the outbox, delivery
   cluster/   the cluster as admins see it, `flask doctor`, /metrics
   runs/      runs from request to settlement: submit, list, stop, logs,
-             metrics, checks, sweeps, schedules, S3 transfers
+             metrics, checks, sweeps, schedules, S3 transfers, the image
+             each run is resolved to
 
 Beside them, the few modules every domain uses: errors, rows, durable,
 instance_files, background and leases. What a user did wrong is a

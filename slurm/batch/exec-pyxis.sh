@@ -9,8 +9,10 @@ div_image_file() {
     echo "divergent: pulling $div_image on $SLURMD_NODENAME ($div_image_size)" >&2
     log="$div_state/image-pull.$SLURMD_NODENAME.log"
     "$pull" "${login[@]}" "$div_image_source" 2>"$log" && return 0
+    # enroot's reason, else the pull's last word (sudo's, say).
     echo "divergent: could not pull $div_image on $SLURMD_NODENAME:" \
-        "$(sed -n 's/^.*\[ERROR\] //p' "$log" | tail -n 1)" >&2
+        "$({ grep -q '\[ERROR\]' "$log" && sed -n 's/^.*\[ERROR\] //p' "$log" ||
+            grep -v '^[[:space:]]*$' "$log"; } | tail -n 1)" >&2
     : >"$div_state/$div_image_failed"
     return 125
 }

@@ -207,8 +207,10 @@ div_image_file() {
     echo "divergent: pulling $div_image on $SLURMD_NODENAME ($div_image_size)" >&2
     log="$div_state/image-pull.$SLURMD_NODENAME.log"
     "$pull" "${login[@]}" "$div_image_source" 2>"$log" && return 0
+    # enroot's reason, else the pull's last word (sudo's, say).
     echo "divergent: could not pull $div_image on $SLURMD_NODENAME:" \
-        "$(sed -n 's/^.*\[ERROR\] //p' "$log" | tail -n 1)" >&2
+        "$({ grep -q '\[ERROR\]' "$log" && sed -n 's/^.*\[ERROR\] //p' "$log" ||
+            grep -v '^[[:space:]]*$' "$log"; } | tail -n 1)" >&2
     : >"$div_state/$div_image_failed"
     return 125
 }
@@ -225,11 +227,14 @@ div_exec() {
     done
     [ -f "$div_job_hosts" ] && mounts+=",$div_job_hosts:/etc/hosts:ro"
     # --export=ALL: under the job's --export=NONE a step would get none of
-    # the div_* values LAUNCH needs.
+    # the div_* values LAUNCH needs. The step's output goes to this node's
+    # own (its files, or the relays), opened by slurmstepd on this node;
+    # srun's own lines ("task 0: Exited with exit code 3") to Slurm's log.
     srun --overlap --export=ALL --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
         ${div_isolate:+"$div_isolate"} --container-image="$image" --container-mounts="$mounts" \
         --container-workdir=/workspace --no-container-mount-home \
-        /bin/bash -c "$div_launch"
+        --output="/proc/$BASHPID/fd/1" --error="/proc/$BASHPID/fd/2" --open-mode=append \
+        /bin/bash -c "$div_launch" >>"$div_state/slurm.log" 2>&1
 }
 
 srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" ${div_node_isolate:+"$div_node_isolate"} \

@@ -27,6 +27,7 @@ from divergent.app.services.money.pricing import current_prices
 from divergent.app.services.site.settings import Site, SiteConfigError, load_site, site_file
 from divergent.slurm.client import SlurmClient, SlurmError, SlurmUnreachable
 from divergent.slurm.pyslurm_client import INSTALL_HINT, load_pyslurm, series
+from divergent.slurm.script import RUNTIME_PROBES
 from divergent.slurm.transport import LocalTransport, TransportError
 
 
@@ -195,6 +196,33 @@ def _run_network(client: SlurmClient, _: dict) -> str:
 
 
 @_needs_slurm
+def _runtime(client: SlurmClient, _: dict) -> str:
+    """The runtime where Slurm's commands run (pyxis adds srun's
+    --container-image) and on a node of each partition, where a one-minute
+    step of the first org's account asks for its parts."""
+    site = load_site()
+    runtime = site.slurm.runtime
+    if runtime == "none":
+        return "none: runs use the nodes' own software (`div run --image` says it is not used)"
+    if runtime == "pyxis" and "--container-image" not in client.srun_options():
+        raise Problem("pyxis, but srun has no --container-image: add pyxis to plugstack.conf "
+                      "where Slurm's commands run and on every node (docs/admins/images.md)")
+    orgs = live_orgs()
+    if not orgs:
+        return f"{runtime}: the nodes are checked once there is an org, in whose account a step runs"
+    found = []
+    for partition in sorted({gpu.partition for gpu in site.slurm.catalog.values()}):
+        try:
+            found.append(client.probe(partition, orgs[0].slurm_account, RUNTIME_PROBES[runtime]))
+        except SlurmError as exc:
+            if "Unable to allocate resources" in str(exc):
+                found.append(f"{partition} not checked (no node free within 30 s)")
+                continue
+            raise Problem(f"{runtime} is not ready on partition {partition}: {exc}") from None
+    return f"{runtime}: " + "; ".join(dict.fromkeys(found))
+
+
+@_needs_slurm
 def _org_nodes(client: SlurmClient, _: dict) -> str:
     if load_site().slurm.org_nodes == "shared":
         return "shared: runs of different orgs may share a node"
@@ -308,6 +336,7 @@ CHECKS = (("site settings", _site), ("database", _database), ("Slurm", _slurm),
           ("accounting", _accounting), ("accounts", _accounts), ("pyslurm", _pyslurm),
           ("partitions and GPUs", _partitions),
           ("share", _share), ("run network", _run_network), ("org nodes", _org_nodes),
+          ("runtime", _runtime),
           ("job users", _job_users),
           ("reconciler", _reconciler), ("prices", _prices),
           ("secrets", _secrets_keys))
