@@ -14,21 +14,29 @@ export FLASK_APP := wsgi.py
 # user (scripts/services); the key file for the developer is copied out.
 # The dev site runs images (runtime pyxis) from the registry on the dev
 # cluster's bridge, which is also its mirror: names without a registry
-# (the docs' default image) come from it.
+# (the docs' default image) come from it. The same images behind a login
+# are a private registry, whose login the dev org holds in its secrets.
 DEV_REGISTRY := 10.77.0.1:5000
+DEV_PRIVATE_REGISTRY := 10.77.0.1:5001
+DEV_REGISTRY_LOGIN := $(or $(DIV_DEV_STATE),/var/lib/div-dev)/registry-private.login
 up: $(VENV)/.installed cluster s3 node-torch services.env
 	slurm/dev/images
 	scripts/services exec $(BIN)/flask db upgrade
 	scripts/services start
 	scripts/services exec $(BIN)/flask dev-bootstrap --env-file instance/dev.env
 	scripts/services exec $(BIN)/flask site --runtime pyxis >/dev/null
-	scripts/services exec $(BIN)/flask site images --mirror $(DEV_REGISTRY) --insecure $(DEV_REGISTRY)
+	scripts/services exec $(BIN)/flask site images --mirror $(DEV_REGISTRY) \
+		--insecure $(DEV_REGISTRY) --insecure $(DEV_PRIVATE_REGISTRY) \
+		--login $(DEV_PRIVATE_REGISTRY)=DEV_REGISTRY
 	install -m 600 instance/dev.env .div-dev.env
-	echo "DIV_DEV_REGISTRY=$(DEV_REGISTRY)" >> .div-dev.env
+	printf '%s\n' DIV_DEV_REGISTRY=$(DEV_REGISTRY) DIV_DEV_PRIVATE_REGISTRY=$(DEV_PRIVATE_REGISTRY) >> .div-dev.env
 	cat $(S3_BASE)/s3.env >> .div-dev.env
 	@# The dev org's S3 secrets are the dev S3 server's keys: div storage import works at once.
 	set -a; . ./.div-dev.env; set +a; for name in $(S3_SECRETS); do \
 		printf %s "$${!name}" | $(BIN)/div secrets set $$name >/dev/null || exit 1; done
+	login=$$(cat $(DEV_REGISTRY_LOGIN)); set -a; . ./.div-dev.env; set +a; \
+		printf %s "$${login%%:*}" | $(BIN)/div secrets set DEV_REGISTRY_USERNAME >/dev/null && \
+		printf %s "$${login#*:}" | $(BIN)/div secrets set DEV_REGISTRY_PASSWORD >/dev/null
 	@echo "copied to .div-dev.env (mode 0600): set -a; . ./.div-dev.env; set +a"
 
 # The dev stack's own settings (scripts/services reads them): its org may

@@ -39,6 +39,10 @@ PIDS_MAX=${DIV_DEV_PIDS_MAX:-4096}
 # the user that owns it (slurm/node/image-pull).
 REGISTRY_PORT=${DIV_DEV_REGISTRY_PORT:-5000}
 REGISTRY_STORAGE=${DIV_DEV_REGISTRY_STORAGE:-$STATE/registry}
+# The same images behind a login (USER:PASSWORD in REGISTRY_LOGIN, root's):
+# a private registry for runs whose org holds the login in its secrets.
+PRIVATE_REGISTRY_PORT=${DIV_DEV_PRIVATE_REGISTRY_PORT:-5001}
+REGISTRY_LOGIN=$STATE/registry-private.login
 IMAGE_USER=div-images
 IMAGE_CACHE=${DIV_DEV_IMAGE_CACHE:-$STATE/images}
 DB_PASSWORD=${DIV_DEV_DB_PASSWORD:-div-dev-slurm}
@@ -89,4 +93,18 @@ wait_for() {
         sleep 0.1
     done
     die "$what did not come up within 30 s; logs are in $STATE/log"
+}
+
+# Writes $2 from stdin only when the content differs; says whether it did.
+write_if_changed() {
+    local target=$1 mode=$2 tmp
+    tmp=$(mktemp)
+    cat >"$tmp"
+    if [ -f "$target" ] && cmp -s "$tmp" "$target"; then
+        rm -f "$tmp"
+        return 1
+    fi
+    install -D -m "$mode" "$tmp" "$target"
+    rm -f "$tmp"
+    return 0
 }
