@@ -260,6 +260,39 @@ S3_SECRETS = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
               "AWS_DEFAULT_REGION")
 
 
+# The dev cluster's registries (slurm/dev/containers): the one nodes pull
+# from, which is also the dev site's mirror, and the same images behind a
+# login (USER:PASSWORD in DEV_STATE/registry-private.login).
+REGISTRY = "10.77.0.1:5000"
+PRIVATE_REGISTRY = "10.77.0.1:5001"
+IMAGE = f"{REGISTRY}/div/python:3.11"
+
+
+def images_site(stack) -> None:
+    """before_start of a stack whose site runs images (runtime pyxis) from
+    the dev registries, as make up sets the dev site; S3 copies in div/python."""
+    stack.settings["DIV_TRANSFER_IMAGE"] = IMAGE
+    stack.flask("site", "--runtime", "pyxis")
+    stack.flask("site", "images", "--mirror", REGISTRY, "--insecure", REGISTRY,
+                "--insecure", PRIVATE_REGISTRY, "--login", f"{PRIVATE_REGISTRY}=REGISTRY")
+
+
+@pytest.fixture(scope="module")
+def pyxis_stack(slurm_cluster):
+    """Another stack like `stack` on a site whose runtime is pyxis: a
+    module's own, so that its tests run in one worker."""
+    from tests.stack import running_stack
+    with running_stack(free_port(), POSTGRES_URL, database="divergent_pyxis",
+                       settings=notification_settings(), before_start=images_site) as running:
+        yield running
+
+
+@pytest.fixture(scope="module", params=["none", "pyxis"])
+def sandbox_stack(request):
+    """Each runtime's stack in turn: a sandbox's guarantees hold on both."""
+    return request.getfixturevalue("stack" if request.param == "none" else "pyxis_stack")
+
+
 @pytest.fixture(scope="session")
 def s3_org(stack, s3_server) -> str:
     """An org whose secrets hold the dev S3 server's endpoint and keys, as
