@@ -5,7 +5,11 @@
  * (/run/divergent/jobs/<job>/net and .../pids). Joined as root, in the task's
  * own process, before Slurm drops to the job's user: the run cannot leave
  * either. Without them (no prolog ran) the task fails: never a run on the
- * node's own network.
+ * node's own network. With `--div-no-new-privs` too, the task's command
+ * gains nothing from a setuid or file-capability program (as bwrap's
+ * runs on runtime none): set in task_init, which runs after pyxis's (its
+ * plugstack.conf line comes first) has started the container, so enroot
+ * itself is not held to it.
  *
  * Build: gcc -shared -fPIC -O2 -o spank_divergent.so spank_divergent.c
  * Load:  plugstack.conf: required /path/to/spank_divergent.so
@@ -16,6 +20,7 @@
 #include <inttypes.h>
 #include <sched.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,6 +32,7 @@ SPANK_PLUGIN(divergent, 1);
 #define JOBS_DIR "/run/divergent/jobs"
 
 static int isolate = 0;
+static int no_new_privs = 0;
 
 static int take_isolate(int val, const char *optarg, int remote)
 {
@@ -35,10 +41,20 @@ static int take_isolate(int val, const char *optarg, int remote)
 	return 0;
 }
 
+static int take_no_new_privs(int val, const char *optarg, int remote)
+{
+	(void) val; (void) optarg; (void) remote;
+	no_new_privs = 1;
+	return 0;
+}
+
 struct spank_option spank_options[] = {
 	{ "div-isolate", NULL,
 	  "divergent: run the tasks in the job's own network and pids cgroup (made by its prolog)",
 	  0, 0, take_isolate },
+	{ "div-no-new-privs", NULL,
+	  "divergent: the tasks' commands gain no privilege from setuid programs",
+	  0, 0, take_no_new_privs },
 	SPANK_OPTIONS_TABLE_END
 };
 
@@ -108,5 +124,15 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	}
 	if (join_pids_cgroup(job) < 0 || join_network(job) < 0)
 		return -1;
+	return 0;
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	(void) sp; (void) ac; (void) av;
+	if (no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		slurm_error("divergent: cannot set no_new_privs: %s", strerror(errno));
+		return -1;
+	}
 	return 0;
 }
