@@ -5,11 +5,17 @@
  * (/run/divergent/jobs/<job>/net and .../pids). Joined as root, in the task's
  * own process, before Slurm drops to the job's user: the run cannot leave
  * either. Without them (no prolog ran) the task fails: never a run on the
- * node's own network. With `--div-no-new-privs` too, the task's command
- * gains nothing from a setuid or file-capability program (as bwrap's
- * runs on runtime none): set in task_init, which runs after pyxis's (its
- * plugstack.conf line comes first) has started the container, so enroot
- * itself is not held to it.
+ * node's own network.
+ *
+ * `--div-container` marks a step in a pyxis container. Its command gains
+ * nothing from a setuid or file-capability program (no_new_privs, as
+ * bwrap's on runtime none), set in task_init, which runs after pyxis's
+ * (its plugstack.conf line comes first) has started the container: enroot
+ * itself is not held to it. And what the container leaves in the step's
+ * cgroup when its tasks end (enroot's shell, squashfuse) is killed then
+ * and waited for in steps of 10 ms: else slurmstepd's proctrack kills it
+ * and sleeps a whole second before it looks again, a second every run in
+ * an image would take.
  *
  * Build: gcc -shared -fPIC -O2 -o spank_divergent.so spank_divergent.c
  * Load:  plugstack.conf: required /path/to/spank_divergent.so
@@ -20,6 +26,8 @@
 #include <inttypes.h>
 #include <sched.h>
 #include <stdio.h>
+#include <limits.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -32,7 +40,10 @@ SPANK_PLUGIN(divergent, 1);
 #define JOBS_DIR "/run/divergent/jobs"
 
 static int isolate = 0;
-static int no_new_privs = 0;
+static int container = 0;
+/* The step's cgroup.procs, from its first task's /proc/<pid>/cgroup. */
+static char step_procs[PATH_MAX];
+static int tasks_running = -1;
 
 static int take_isolate(int val, const char *optarg, int remote)
 {
@@ -41,10 +52,10 @@ static int take_isolate(int val, const char *optarg, int remote)
 	return 0;
 }
 
-static int take_no_new_privs(int val, const char *optarg, int remote)
+static int take_container(int val, const char *optarg, int remote)
 {
 	(void) val; (void) optarg; (void) remote;
-	no_new_privs = 1;
+	container = 1;
 	return 0;
 }
 
@@ -52,9 +63,9 @@ struct spank_option spank_options[] = {
 	{ "div-isolate", NULL,
 	  "divergent: run the tasks in the job's own network and pids cgroup (made by its prolog)",
 	  0, 0, take_isolate },
-	{ "div-no-new-privs", NULL,
-	  "divergent: the tasks' commands gain no privilege from setuid programs",
-	  0, 0, take_no_new_privs },
+	{ "div-container", NULL,
+	  "divergent: a step in a container: no new privileges, nothing left when it ends",
+	  0, 0, take_container },
 	SPANK_OPTIONS_TABLE_END
 };
 
@@ -130,9 +141,102 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
 	(void) sp; (void) ac; (void) av;
-	if (no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+	if (container && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
 		slurm_error("divergent: cannot set no_new_privs: %s", strerror(errno));
 		return -1;
 	}
+	return 0;
+}
+
+/* The path in /proc/<pid>/cgroup (pid 0: this process's) of the hierarchy
+ * proctrack/cgroup tracks steps in: freezer's (cgroup v1) or else the
+ * unified one (v2). */
+static int cgroup_of(pid_t pid, char *out, size_t size, int *v1)
+{
+	char path[64], line[PATH_MAX];
+	int found = -1;
+	if (pid)
+		snprintf(path, sizeof path, "/proc/%d/cgroup", (int) pid);
+	else
+		snprintf(path, sizeof path, "/proc/self/cgroup");
+	FILE *f = fopen(path, "re");
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof line, f)) {	/* id:controllers:path */
+		line[strcspn(line, "\n")] = '\0';
+		char *controllers = strchr(line, ':');
+		char *where = controllers ? strchr(controllers + 1, ':') : NULL;
+		if (where == NULL)
+			continue;
+		*where++ = '\0';
+		if (strcmp(controllers + 1, "freezer") == 0 || controllers[1] == '\0') {
+			snprintf(out, size, "%s", where);
+			*v1 = controllers[1] != '\0';
+			found = 0;
+			if (*v1)
+				break;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+/* The cgroup.procs of `pid`'s step: only a cgroup inside a step of a job,
+ * never slurmstepd's own. */
+static int find_step_procs(pid_t pid, char *out, size_t size)
+{
+	char theirs[PATH_MAX - 64], mine[PATH_MAX - 64];
+	int v1, my_v1;
+	struct stat st;
+	if (cgroup_of(pid, theirs, sizeof theirs, &v1) < 0 || cgroup_of(0, mine, sizeof mine, &my_v1) < 0)
+		return -1;
+	if (strcmp(theirs, mine) == 0 || !strstr(theirs, "/job_") || !strstr(theirs, "/step_"))
+		return -1;
+	const char *root = v1 ? "/sys/fs/cgroup/freezer" :
+		stat("/sys/fs/cgroup/unified", &st) == 0 ? "/sys/fs/cgroup/unified" : "/sys/fs/cgroup";
+	snprintf(out, size, "%s%s/cgroup.procs", root, theirs);
+	return 0;
+}
+
+int slurm_spank_task_post_fork(spank_t sp, int ac, char **av)
+{
+	(void) ac; (void) av;
+	pid_t pid;
+	if (!container || step_procs[0] || spank_get_item(sp, S_TASK_PID, &pid) != ESPANK_SUCCESS)
+		return 0;
+	if (find_step_procs(pid, step_procs, sizeof step_procs) < 0)
+		step_procs[0] = '\0';
+	return 0;
+}
+
+/* Kills what is in the step's cgroup but slurmstepd; how many there were. */
+static int kill_the_rest(void)
+{
+	FILE *f = fopen(step_procs, "re");
+	if (f == NULL)
+		return 0;
+	int pid, n = 0;
+	while (fscanf(f, "%d", &pid) == 1)
+		if (pid > 1 && pid != (int) getpid()) {
+			kill(pid, SIGKILL);
+			n++;
+		}
+	fclose(f);
+	return n;
+}
+
+int slurm_spank_task_exit(spank_t sp, int ac, char **av)
+{
+	(void) ac; (void) av;
+	uint32_t count;
+	if (!container || !step_procs[0])
+		return 0;
+	if (tasks_running < 0)
+		tasks_running = spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &count) == ESPANK_SUCCESS
+			? (int) count : 1;
+	if (--tasks_running > 0)
+		return 0;
+	for (int i = 0; i < 300 && kill_the_rest() > 0; i++)
+		usleep(10000);
 	return 0;
 }

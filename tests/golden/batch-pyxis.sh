@@ -231,7 +231,7 @@ div_exec() {
     # own (its files, or the relays), opened by slurmstepd on this node;
     # srun's own lines ("task 0: Exited with exit code 3") to Slurm's log.
     srun --overlap --export=ALL --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
-        ${div_isolate:+"$div_isolate"} --container-image="$image" --container-mounts="$mounts" \
+        ${div_isolate:+"$div_isolate" --div-container} --container-image="$image" --container-mounts="$mounts" \
         --container-workdir=/workspace --no-container-mount-home \
         --output="/proc/$BASHPID/fd/1" --error="/proc/$BASHPID/fd/2" --open-mode=append \
         /bin/bash -c "$div_launch" >>"$div_state/slurm.log" 2>&1
