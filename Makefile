@@ -91,7 +91,7 @@ bench: up pyslurm test-tools
 # through declare -f) and the dev and node scripts.
 SHELL_SCRIPTS := slurm/dev/up slurm/dev/down slurm/dev/common.sh slurm/node/prolog \
 	slurm/node/epilog slurm/node/common.sh s3/dev/up s3/dev/down scripts/services \
-	slurm/dev/containers slurm/dev/images slurm/node/image-pull slurm/node/enroot/11-nologin-shell.sh \
+	slurm/dev/containers slurm/dev/images slurm/node/image-pull slurm/node/enroot/11-nologin-shell.sh slurm/node/enroot/12-no-nested-userns.sh \
 	scripts/postgres-up scripts/pyslurm-wheel deploy/identity/install deploy/identity/divergent-org-user .ci/run
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

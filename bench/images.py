@@ -63,7 +63,7 @@ def site_runtime(runtime: str) -> None:
 
 
 def medians(samples: list[tuple[float, ...]]) -> tuple[float, ...]:
-    return tuple(statistics.median(column) for column in zip(*samples))
+    return tuple(statistics.median(column) for column in zip(*samples, strict=True))
 
 
 def main() -> None:

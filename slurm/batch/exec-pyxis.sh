@@ -9,12 +9,18 @@ div_image_file() {
     echo "divergent: pulling $div_image on $SLURMD_NODENAME ($div_image_size)" >&2
     log="$div_state/image-pull.$SLURMD_NODENAME.log"
     "$pull" "${login[@]}" "$div_image_source" 2>"$log" && return 0
-    # enroot's reason, else the pull's last word (sudo's, say).
-    echo "divergent: could not pull $div_image on $SLURMD_NODENAME:" \
-        "$({ grep -q '\[ERROR\]' "$log" && sed -n 's/^.*\[ERROR\] //p' "$log" ||
-            grep -v '^[[:space:]]*$' "$log"; } | tail -n 1)" >&2
+    echo "divergent: could not pull $div_image on $SLURMD_NODENAME: $(div_pull_reason "$log")" >&2
     : >"$div_state/$div_image_failed"
     return 125
+}
+
+# enroot's reason in a pull's log, else its last word (sudo's, say).
+div_pull_reason() {
+    if grep -q '\[ERROR\]' "$1"; then
+        sed -n 's/^.*\[ERROR\] //p' "$1" | tail -n 1
+    else
+        grep -v '^[[:space:]]*$' "$1" | tail -n 1
+    fi
 }
 
 # `pyxis`: a step of its own on this node, in the image (read-only, each

@@ -44,9 +44,9 @@ from divergent.app.services.files.volumes import (
     volumes_in_command,
     write_state_file,
 )
-from divergent.app.services.runs.images import RunImage, run_image, write_registry_login
 from divergent.app.services.money.catalog import catalog
 from divergent.app.services.rows import add_unique
+from divergent.app.services.runs.images import RunImage, run_image, write_registry_login
 from divergent.app.services.runs.names import insert_run, run_for_request_key
 from divergent.app.services.runs.refusals import refused_by_slurm
 from divergent.app.services.runs.request import RunRequest, transfer_request

@@ -24,9 +24,9 @@ from divergent.app.models import LIVE, Org, Run, Sweep, User, iso_utc
 from divergent.app.services.accounts.secrets import remove_secrets_file, write_secrets_file
 from divergent.app.services.errors import Conflict, Invalid, NotFound, Refused
 from divergent.app.services.files.volumes import data_path, make_state_dir, run_dir, write_state_file
-from divergent.app.services.runs.images import run_image, write_registry_login
 from divergent.app.services.money.pricing import usd_text
 from divergent.app.services.money.usage import minutes_left
+from divergent.app.services.runs.images import run_image, write_registry_login
 from divergent.app.services.runs.listing import run_json
 from divergent.app.services.runs.names import free_name
 from divergent.app.services.runs.refusals import refused_by_slurm
