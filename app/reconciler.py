@@ -43,7 +43,7 @@ from divergent.app.services.site.gauges import record_cycle
 from divergent.app.services.site.slurm_access import slurm_client
 from divergent.slurm.client import SlurmError
 from divergent.slurm.records import JobRecord, run_status
-from divergent.slurm.script import IMAGE_FAILED_FILE
+from divergent.slurm.script import COMMAND_STARTED_FILE, IMAGE_FAILED_FILE
 
 LEASE = leases.RECONCILER
 LEASE_SECONDS = 10.0
@@ -84,7 +84,7 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None,
     if run.started_at is not None:
         run.cost_micros = cost(run.rate_micros_per_hour, run.elapsed_seconds or 0,
                                run.time_limit_minutes)
-        if state_dir is not None and os.path.exists(os.path.join(state_dir, IMAGE_FAILED_FILE)):
+        if state_dir is not None and _only_pulled(state_dir):
             run.cost_micros = 0     # it was only the attempt to pull its image: ours
     if state_dir is not None and run.started_at is not None:
         if not _read_metrics(run, state_dir, record.finished, metrics_budget) \
@@ -105,6 +105,13 @@ def settle(run: Run, record: JobRecord, state_dir: str | None = None,
     if record.finished and run.checks:
         document = run_json(run)
         run.checks = [verdict(document, c["check"]) for c in run.checks]
+
+
+def _only_pulled(state_dir: str) -> bool:
+    """Whether a node could not pull the run's image and none started its
+    command (a node that did ran it: that is billed)."""
+    return os.path.exists(os.path.join(state_dir, IMAGE_FAILED_FILE)) and \
+        not os.path.exists(os.path.join(state_dir, COMMAND_STARTED_FILE))
 
 
 def _read_metrics(run: Run, state_dir: str, final: bool, budget: int) -> bool:

@@ -13,6 +13,7 @@ Run by hand on a machine where `make up` ran:  .venv/bin/python bench/images.py
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import statistics
 import subprocess
@@ -42,6 +43,11 @@ def source(repository: str, tag: str) -> str:
          f"docker://{registry()}/{repository}:{tag}"],
         capture_output=True, text=True, check=True).stdout.strip()
     return f"{registry()}#{repository}@{digest}"
+
+
+def cached_file(source: str) -> Path:
+    """The nodes' file of a public image, named by its source (image-pull)."""
+    return IMAGE_CACHE / f"{hashlib.sha256(source.encode()).hexdigest()}.sqsh"
 
 
 def step(*flags: str) -> tuple[float, float]:
@@ -91,7 +97,7 @@ def main() -> None:
         cached, none = statistics.median(in_image), statistics.median(on_none)
         pulls = []
         for _ in range(ROUNDS):
-            (IMAGE_CACHE / f"{pull_test.rsplit(':', 1)[1]}.sqsh").unlink(missing_ok=True)
+            cached_file(pull_test).unlink(missing_ok=True)
             pulls.append(run_seconds(project, "--image", f"{registry()}/div/pull-test:1"))
         first = statistics.median(pulls)
     print(f"div run -- true: on none {none:.2f} s, in a cached image {cached:.2f} s, "

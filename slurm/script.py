@@ -36,9 +36,12 @@ SECRETS_FILE = "secrets.env"
 # state folder (0640) for the run's life: never in the script or the job's
 # environment.
 REGISTRY_LOGIN_FILE = "registry.login"
-# What a node writes when the run's image could not be pulled there: the
-# run was only the attempt to pull, and costs nothing.
+# What a node writes when the run's image could not be pulled there, and
+# what one writes as it starts the run's command in its image: a run with
+# the first and never the second was only the attempt to pull, and costs
+# nothing; one whose command ran on any node is billed.
 IMAGE_FAILED_FILE = "image.failed"
+COMMAND_STARTED_FILE = "command.started"
 # A run whose node fails is requeued by Slurm (--requeue) at most this many
 # times; the attempt after that ends at once, failed, saying so in its log.
 MAX_RESTARTS = 3
@@ -259,6 +262,7 @@ def _image_values(spec: JobSpec, site: SlurmSite) -> list[str]:
         "export " + _assign("div_image_login",
                             REGISTRY_LOGIN_FILE if spec.image_private else ""),
         "export " + _assign("div_image_failed", IMAGE_FAILED_FILE),
+        "export " + _assign("div_command_started", COMMAND_STARTED_FILE),
     ]
 
 

@@ -7,6 +7,7 @@ run refused before anything is uploaded, a pull that fails costing
 nothing, and flask doctor's look at the nodes."""
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -81,15 +82,22 @@ def test_a_run_in_an_image_prints_writes_and_exits_as_on_none(pyxis_stack, proje
     assert default.returncode == 0 and out == "2.0\n", err
 
 
+def cached_file(image: str) -> Path:
+    """The nodes' file of a public image: named by its source, as image-pull names it."""
+    registry, _, rest = image.partition("/")
+    source = f"{registry}#{rest.rpartition(':')[0]}@sha256:{digest_of(image)}"
+    return IMAGE_CACHE / "shared" / f"{hashlib.sha256(source.encode()).hexdigest()}.sqsh"
+
+
 def test_the_first_pull_is_said_once_and_the_image_is_kept(pyxis_stack, project):
-    for node_file in IMAGE_CACHE.glob(f"shared/{digest_of(PULL_TEST)}.sqsh"):
-        node_file.unlink()
+    cached_file(PULL_TEST).unlink(missing_ok=True)
     first, out, err = run(pyxis_stack, project, "--no-upload", "--image", PULL_TEST, "--",
                           "echo pulled")
     assert first.returncode == 0 and out == "pulled\n", err
     said = [line for line in err.splitlines() if line.startswith("divergent: pulling")]
     assert len(said) == 1 and re.fullmatch(
         rf"divergent: pulling {re.escape(PULL_TEST)} on node\d \(\d+\.\d MB\)", said[0]), err
+    assert cached_file(PULL_TEST).is_file()
     again, out, err = run(pyxis_stack, project, "--no-upload", "--image", PULL_TEST, "--",
                           "echo cached")
     assert again.returncode == 0 and out == "cached\n" and "pulling" not in err, err

@@ -28,6 +28,8 @@ div_pull_reason() {
 div_exec() {
     local image
     image=$(div_image_file) || return $?
+    # shellcheck disable=SC2154  # from the values block
+    : >"$div_state/$div_command_started"
     local mounts="$scratch/workspace:/workspace,$scratch/mnt:/mnt,$div_state/metrics.jsonl:$DIV_METRICS" v
     for v in "${volumes[@]}"; do
         mounts+=",$div_volumes_dir/$v:/mnt/$v"
@@ -39,7 +41,7 @@ div_exec() {
     # own (its files, or the relays), opened by slurmstepd on this node;
     # srun's own lines ("task 0: Exited with exit code 3") to Slurm's log.
     srun --overlap --export=ALL --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
-        ${div_isolate:+"$div_isolate" --div-container} --container-image="$image" --container-mounts="$mounts" \
+        ${div_isolate:+"$div_isolate"} --div-container --container-image="$image" --container-mounts="$mounts" \
         --container-workdir=/workspace --no-container-mount-home \
         --output="/proc/$BASHPID/fd/1" --error="/proc/$BASHPID/fd/2" --open-mode=append \
         /bin/bash -c "$div_launch" >>"$div_state/slurm.log" 2>&1

@@ -69,6 +69,7 @@ export div_image_source='10.77.0.1:5000#div/python@sha256:0123456789abcdef012345
 export div_image_size='65.4 MB'
 export div_image_login=''
 export div_image_failed=image.failed
+export div_command_started=command.started
 export div_bind_paths_decl='div_bind_paths=(/opt/conda)'
 div_end=$(SLURM_TIME_FORMAT=%s squeue --noheader --jobs="$SLURM_JOB_ID" --format=%e \
     2>/dev/null)
@@ -226,6 +227,8 @@ div_pull_reason() {
 div_exec() {
     local image
     image=$(div_image_file) || return $?
+    # shellcheck disable=SC2154  # from the values block
+    : >"$div_state/$div_command_started"
     local mounts="$scratch/workspace:/workspace,$scratch/mnt:/mnt,$div_state/metrics.jsonl:$DIV_METRICS" v
     for v in "${volumes[@]}"; do
         mounts+=",$div_volumes_dir/$v:/mnt/$v"
@@ -237,7 +240,7 @@ div_exec() {
     # own (its files, or the relays), opened by slurmstepd on this node;
     # srun's own lines ("task 0: Exited with exit code 3") to Slurm's log.
     srun --overlap --export=ALL --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" \
-        ${div_isolate:+"$div_isolate" --div-container} --container-image="$image" --container-mounts="$mounts" \
+        ${div_isolate:+"$div_isolate"} --div-container --container-image="$image" --container-mounts="$mounts" \
         --container-workdir=/workspace --no-container-mount-home \
         --output="/proc/$BASHPID/fd/1" --error="/proc/$BASHPID/fd/2" --open-mode=append \
         /bin/bash -c "$div_launch" >>"$div_state/slurm.log" 2>&1

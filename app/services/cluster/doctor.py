@@ -204,9 +204,14 @@ def _runtime(client: SlurmClient, _: dict) -> str:
     runtime = site.slurm.runtime
     if runtime == "none":
         return "none: runs use the nodes' own software (`div run --image` says it is not used)"
-    if runtime == "pyxis" and "--container-image" not in client.srun_options():
+    options = client.srun_options() if runtime == "pyxis" else ""
+    if runtime == "pyxis" and "--container-image" not in options:
         raise Problem("pyxis, but srun has no --container-image: add pyxis to plugstack.conf "
                       "where Slurm's commands run and on every node (docs/admins/images.md)")
+    if runtime == "pyxis" and "--div-container" not in options:
+        raise Problem("pyxis, but srun has no --div-container: add divergent's SPANK plugin "
+                      "(slurm/node/spank_divergent.c) to plugstack.conf after pyxis, or every "
+                      "run in an image fails")
     orgs = live_orgs()
     if not orgs:
         return f"{runtime}: the nodes are checked once there is an org, in whose account a step runs"

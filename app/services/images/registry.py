@@ -4,9 +4,10 @@ nodes cache it by, its size for the pull line, and at once a clear answer
 when it does not exist or the org's login is refused, never a job that fails
 on its node.
 
-Only registries the site lists are asked (the caller checks), with a
-deadline, no redirects, and a manifest read up to MAX_MANIFEST bytes: a
-run's image name never makes the server fetch anything else or much."""
+Only registries the site lists are asked (the caller checks), within
+DEADLINE seconds in all, without redirects, proxies or the server's own
+netrc, and a manifest read up to MAX_MANIFEST bytes: a run's image name
+never makes the server fetch anything else, or much, or for long."""
 from __future__ import annotations
 
 import hashlib
@@ -28,6 +29,7 @@ ACCEPT = ", ".join((MANIFEST, OCI_MANIFEST, MANIFEST_LIST, OCI_INDEX))
 PLATFORM = ("linux", "amd64")
 MAX_MANIFEST = 4 << 20
 TIMEOUT = (3, 10)
+DEADLINE = 20
 # A name resolved a moment ago is the same image (a sweep, a test's runs).
 CACHE_SECONDS = 30
 _CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
@@ -62,7 +64,9 @@ def resolve(image: ImageName, scheme: str, login: Login | None, shown: str) -> R
     if hit and hit[0] > time.monotonic():
         return hit[1]
     with requests.Session() as session:
+        session.trust_env = False
         session.headers["Accept"] = ACCEPT
+        session.deadline = time.monotonic() + DEADLINE  # type: ignore[attr-defined]
         base = f"{scheme}://{image.registry}/v2/{image.repository}/manifests/"
         body, media, digest = _manifest(session, base + image.reference, image, login, shown)
         if image.digest and digest != image.digest:
@@ -73,8 +77,10 @@ def resolve(image: ImageName, scheme: str, login: Login | None, shown: str) -> R
     layers = body.get("layers") if isinstance(body, dict) else None
     if not isinstance(layers, list):
         raise ImageError(f"{shown}: the registry's manifest lists no layers")
-    resolved = Resolved(digest, sum(int(layer.get("size", 0)) for layer in layers
-                                    if isinstance(layer, dict)))
+    sizes = [layer.get("size", 0) for layer in layers if isinstance(layer, dict)]
+    if not all(isinstance(size, int) and size >= 0 for size in sizes):
+        raise ImageError(f"{shown}: the registry's manifest gives a layer no size")
+    resolved = Resolved(digest, sum(sizes))
     if len(_cache) > 256:
         _cache.clear()
     _cache[key] = (time.monotonic() + CACHE_SECONDS, resolved)
@@ -96,10 +102,10 @@ def _manifest(session: requests.Session, url: str, image: ImageName, login: Logi
         raise ImageError(f"{shown}: no such image in {image.registry}")
     if response.status_code != 200:
         raise ImageError(f"{shown}: {image.registry} answered {response.status_code}")
-    raw = _body(response, shown)
+    raw = _body(session, response, shown)
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ImageError(f"{shown}: the registry's manifest is not JSON") from None
     media = response.headers.get("Content-Type", "").split(";")[0].strip() or str(
         body.get("mediaType", "") if isinstance(body, dict) else "")
@@ -115,12 +121,19 @@ def _get(session: requests.Session, url: str, shown: str, **kwargs) -> requests.
                                   f"({type(exc).__name__})") from None
 
 
-def _body(response: requests.Response, shown: str) -> bytes:
+def _body(session: requests.Session, response: requests.Response, shown: str) -> bytes:
+    """The answer's body, up to MAX_MANIFEST bytes, by the session's deadline."""
     data = b""
-    for chunk in response.iter_content(65536):
-        data += chunk
-        if len(data) > MAX_MANIFEST:
-            raise ImageError(f"{shown}: the registry's manifest is over {MAX_MANIFEST} bytes")
+    try:
+        for chunk in response.iter_content(65536):
+            data += chunk
+            if len(data) > MAX_MANIFEST:
+                raise ImageError(f"{shown}: the registry's answer is over {MAX_MANIFEST} bytes")
+            if time.monotonic() > session.deadline:  # type: ignore[attr-defined]
+                raise RegistryUnreachable(f"{shown}: the registry took over {DEADLINE} s")
+    except requests.RequestException as exc:
+        raise RegistryUnreachable(f"{shown}: the registry did not answer "
+                                  f"({type(exc).__name__})") from None
     return data
 
 
@@ -145,9 +158,9 @@ def _authorize(session: requests.Session, challenge: str, image: ImageName,
         raise ImageError(f"{shown}: {image.registry} refused "
                          + ("the org's login" if login else "an anonymous pull"))
     try:
-        answer = json.loads(_body(response, shown))
+        answer = json.loads(_body(session, response, shown))
         token = answer.get("token") or answer.get("access_token")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         token = None
     if not isinstance(token, str) or not token:
         raise ImageError(f"{shown}: {image.registry}'s token service gave no token")

@@ -103,7 +103,7 @@ def settle_without_job(run: Run, status: str) -> bool:
     ended = _while_without_job(
         run, status=status, slurm_state=NOT_SUBMITTED if status == "failed" else None,
         ended_at=utcnow(), elapsed_seconds=0, cost_micros=0, pending_reason=None)
-    if ended and run.secrets_sealed:
+    if ended:       # its secrets, its registry login: whichever it was given
         remove_secrets_file(run_dir(_org(run.org_id), run.name))
     return bool(ended)
 
@@ -126,8 +126,7 @@ def end_dropped_member(run: Run, status: str) -> None:
     Slurm keeps no record of it); not billed."""
     run.status, run.ended_at, run.elapsed_seconds = status, utcnow(), 0
     run.cost_micros, run.pending_reason = 0, None
-    if run.secrets_sealed:
-        remove_secrets_file(run_dir(_org(run.org_id), run.name))
+    remove_secrets_file(run_dir(_org(run.org_id), run.name))
     enqueue_for(run)
 
 

@@ -179,13 +179,14 @@ def create_sweep(user: User, req: RunRequest, axes_value: object,
                                sweep_index=index, sweep_values=values,
                                schedule_name=schedule_name, unix_user=unix_user)
                        for index, values in enumerate(members)]
+    # Resolved before any row is made: a registry away is one refusal, no sweep.
+    image = run_image(org, req.image)
     inserted = _insert(org, request_key, make)
     if inserted is None:    # the key's sweep, which _insert has just found
         return cast(Sweep, sweep_for_request_key(org.id, request_key))
     sweep, runs = inserted
     folder = sweep_dir(org, sweep.name)
     try:
-        image = run_image(org, req.image)
         script = job_script(org, sweep.name, req, sizing, code_dir, image, folder, tuple(
             ArrayMember(run.name, run_dir(org, run.name), run.env) for run in runs))
         # For admins: what was submitted (no secret is in it).
