@@ -1,6 +1,6 @@
 # The image's file on this node (slurm/node/image-pull): from the node's
 # cache, or pulled into it first, which the run's log says. A pull that
-# fails ends the run with enroot's reason and marks it: it costs nothing.
+# fails ends the run with enroot's reason and marks it: free unless a node ran it.
 div_image_file() {
     local pull=/usr/local/lib/divergent/image-pull login=() log
     # shellcheck disable=SC2154  # div_image_* come from the values block
