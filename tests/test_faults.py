@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from divergent.slurm.client import SubmitNotReceived
 from divergent.slurm.pyslurm_client import PyslurmClient
 from divergent.slurm.script import render_batch_script
+from tests.cluster_turns import cluster_turn
 from tests.conftest import DEV_STATE, POSTGRES_URL, process_alive
 from tests.jobs import SITE, spec_for
 from tests.sshd import free_port
@@ -73,8 +74,12 @@ def faulty(request, slurm_cluster):
             stack.hold = hold
             # The org's Slurm account is made by its first run, as on a site whose
             # orgs ran before slurmdbd failed (without slurmdbd it cannot be made).
-            warmed = stack.div("run", "--gpu", "cpu", "--no-upload", "--", "true",
-                               cwd=stack.base)
+            # In a turn of its own: a module's fixture is made before its
+            # test's turn, and a test that has the cluster alone may have
+            # made the service user no Operator meanwhile.
+            with cluster_turn(DEV_STATE / "run", alone=False):
+                warmed = stack.div("run", "--gpu", "cpu", "--no-upload", "--", "true",
+                                   cwd=stack.base)
             assert warmed.returncode == 0, warmed.stderr
             yield stack
     finally:
