@@ -46,8 +46,10 @@ def source(repository: str, tag: str) -> str:
 
 
 def cached_file(source: str) -> Path:
-    """The nodes' file of a public image, named by its source (image-pull)."""
-    return IMAGE_CACHE / f"{hashlib.sha256(source.encode()).hexdigest()}.sqsh"
+    """The nodes' file of a public image, named by its registry and digest
+    (image-pull)."""
+    key = f"{source.partition('#')[0]}#{source.rpartition('@')[2]}"
+    return IMAGE_CACHE / f"{hashlib.sha256(key.encode()).hexdigest()}.sqsh"
 
 
 def step(*flags: str) -> tuple[float, float]:

@@ -48,18 +48,20 @@ def _upload(repository: str, blob: bytes) -> None:
                  timeout=30).raise_for_status()
 
 
-def push_image(repository: str, tag: str, files: dict[str, str | bytes]) -> None:
-    """An image of one layer holding `files`, as REGISTRY/repository:tag."""
+def push_image(repository: str, tag: str, files: dict[str, str | bytes],
+               config: dict | None = None) -> None:
+    """An image of one layer holding `files` (and Docker's `config`: Volumes,
+    Env...), as REGISTRY/repository:tag."""
     tar = _layer(files)
     layer = gzip.compress(tar, mtime=0)
-    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {},
-                         "rootfs": {"type": "layers", "diff_ids": [_digest(tar)]}}).encode()
+    config_blob = json.dumps({"architecture": "amd64", "os": "linux", "config": config or {},
+                              "rootfs": {"type": "layers", "diff_ids": [_digest(tar)]}}).encode()
     _upload(repository, layer)
-    _upload(repository, config)
+    _upload(repository, config_blob)
     manifest = json.dumps({
         "schemaVersion": 2, "mediaType": MANIFEST,
         "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
-                   "size": len(config), "digest": _digest(config)},
+                   "size": len(config_blob), "digest": _digest(config_blob)},
         "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
                     "size": len(layer), "digest": _digest(layer)}]}).encode()
     requests.put(f"http://{PUSH}/v2/{repository}/manifests/{tag}", data=manifest,

@@ -14,6 +14,7 @@ import secrets
 import socket
 import stat
 import subprocess
+import tempfile
 import threading
 import time
 from decimal import Decimal
@@ -25,6 +26,8 @@ from botocore.exceptions import ClientError
 
 from divergent.app.services.files.code import FileEntry, tree_hash
 from tests.buckets import s3_client
+from tests.conftest import REGISTRY
+from tests.images import push_image
 from tests.serving import serving
 from tests.sshd import free_port
 from tests.stack import ROOT, SERVICE_USER, WORKER, running_stack
@@ -1071,6 +1074,67 @@ def test_a_run_sees_no_kernel_keys_and_makes_no_user_namespace_of_its_own(sandbo
                           "unshare -U true && echo NESTED || echo no-nested")
     assert done.returncode == 0, err
     assert "keys=0" in out and "no-nested" in out and "NESTED" not in out, out
+
+
+def test_a_run_in_an_image_sees_no_other_runs_processes_or_shared_memory(pyxis_stack, project):
+    """enroot gives a container no pid namespace: the nodes mount /proc
+    with hidepid (slurm/dev/up, docs/admins/images.md), and each run's
+    /dev/shm is its own (slurm/node/enroot/30-divergent.fstab)."""
+    victim = pyxis_stack.div("run", "--gpu", "cpu", "--no-upload", "--detach", "--name",
+                             "shm-victim", "--", "echo theirs > /dev/shm/victim-shm; sleep 60",
+                             cwd=project, org="other")
+    assert victim.returncode == 0, victim.stderr
+    pyxis_stack.wait_for_status("shm-victim", "running", org="other")
+    try:
+        done, out, err = _run(pyxis_stack, project, "--no-upload", "--",
+                              "ps -eo user= | sort -u; ls /dev/shm; echo mine > /dev/shm/mine")
+        assert done.returncode == 0, err
+        assert out.split() == ["div-e2e"], out        # its own processes, and nothing else
+        assert not Path("/dev/shm/victim-shm").exists() and not Path("/dev/shm/mine").exists()
+    finally:
+        pyxis_stack.div("stop", "shm-victim", cwd=project, org="other")
+
+
+def test_an_image_that_would_reach_the_node_through_enroot_is_refused_there(pyxis_stack,
+                                                                          project):
+    """enroot makes an image's VOLUMEs bind mounts of the image's own
+    folders, through the node's view of it (a link to /etc/slurm leads
+    there), and its hooks write /etc/passwd the same way: image-pull
+    refuses both kinds before any run starts one."""
+    canary = _canary("passwd")
+    tag = secrets.token_hex(4)
+    push_image("attack/fstab", tag, {"data": "->/etc/slurm"}, {"Volumes": {"/data": {}}})
+    push_image("attack/passwd", tag, {"etc/passwd": f"->{canary}", "etc/group": "root:x:0:\n"})
+    for repository in ("attack/fstab", "attack/passwd"):
+        done, out, err = _run(pyxis_stack, project, "--no-upload", "--image",
+                              f"{REGISTRY}/{repository}:{tag}", "--", "ls /data")
+        assert done.returncode == 125 and out == "", err
+        assert re.search(r"divergent: could not pull \S+ on node\d: the image names mounts "
+                         r"\(VOLUME\), or its /etc, /usr or /bin hold links out of it", err), err
+    assert not canary.exists()
+
+
+def test_the_image_users_sudo_rule_is_a_public_pull_and_a_login_is_what_the_server_wrote(
+        pyxis_stack, project):
+    """An org's user may run image-pull as div-images (sudo): never with a
+    login file of its own making, whose password enroot would run."""
+    assert _run(pyxis_stack, project, "--no-upload", "--", "true")[0].returncode == 0
+    canary = _canary("netrc")
+    forged = Path(tempfile.mkdtemp(prefix="div-forged-")) / "login"
+    forged.write_text(f"machine 10.77.0.1 login dev password $(touch {canary})\n")
+    forged.parent.chmod(0o755)
+    forged.chmod(0o644)
+    source = f"{REGISTRY}#div/python@sha256:{'0' * 64}"
+    pull = "/usr/local/lib/divergent/image-pull"
+    as_div_images = subprocess.run(
+        ["runuser", "-u", "div-e2e", "--", "sudo", "-n", "-u", "div-images", pull, "--private",
+         str(forged), source], capture_output=True, text=True)
+    assert as_div_images.returncode != 0
+    assert "div-images pulls public images alone" in as_div_images.stderr, as_div_images.stderr
+    as_org = subprocess.run(["runuser", "-u", "div-e2e", "--", pull, "--private", str(forged),
+                             source], capture_output=True, text=True)
+    assert as_org.returncode != 0 and "not one the server wrote" in as_org.stderr, as_org.stderr
+    assert not canary.exists()
 
 
 def test_what_the_daemonized_server_writes_on_the_share_is_its_own_alone(stack, tmp_path):

@@ -83,10 +83,10 @@ def test_a_run_in_an_image_prints_writes_and_exits_as_on_none(pyxis_stack, proje
 
 
 def cached_file(image: str) -> Path:
-    """The nodes' file of a public image: named by its source, as image-pull names it."""
-    registry, _, rest = image.partition("/")
-    source = f"{registry}#{rest.rpartition(':')[0]}@sha256:{digest_of(image)}"
-    return IMAGE_CACHE / "shared" / f"{hashlib.sha256(source.encode()).hexdigest()}.sqsh"
+    """The nodes' file of a public image: named by its registry and digest,
+    as image-pull names it."""
+    key = f"{image.partition('/')[0]}#sha256:{digest_of(image)}"
+    return IMAGE_CACHE / "shared" / f"{hashlib.sha256(key.encode()).hexdigest()}.sqsh"
 
 
 def test_the_first_pull_is_said_once_and_the_image_is_kept(pyxis_stack, project):
