@@ -39,6 +39,7 @@ def test_names_are_read_as_docker_reads_them(name, mirror, parsed):
     ("reg_io.x:80/a", "is not a registry's host[:port]"),
     ("bad-.host:5000/a", "is not a registry's host[:port]"),
     ("a/b c", "is not an image name"),
+    ("foo:bar:baz", "'foo:bar' is not an image name"),       # the name as given, no library/
 ])
 def test_names_outside_the_grammar_are_refused_with_what_is_wrong(name, says):
     with pytest.raises(BadImageName) as refused:

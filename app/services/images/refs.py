@@ -56,12 +56,12 @@ def parse_image(name: str, mirror: str = DOCKER_HUB) -> ImageName:
             raise BadImageName(f"{name}: {tag!r} is not a tag (letters, digits, _ . -)")
     if registry in _HUB_NAMES:
         registry = DOCKER_HUB
-    if (registry == DOCKER_HUB or not named) and "/" not in path:
-        # Docker Hub's official images (`python`), there and at its mirror.
-        path = f"library/{path}"
     if not REGISTRY.fullmatch(registry):
         raise BadImageName(f"{name}: {registry!r} is not a registry's host[:port]")
     if not REPOSITORY.fullmatch(path):
         raise BadImageName(f"{name}: {path!r} is not an image name (lowercase letters, digits, "
                            "and . _ - / between them)")
+    if (registry == DOCKER_HUB or not named) and "/" not in path:
+        # Docker Hub's official images (`python`), there and at its mirror.
+        path = f"library/{path}"
     return ImageName(registry, path, tag, digest)
