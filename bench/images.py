@@ -104,15 +104,14 @@ def main() -> None:
         first = statistics.median(pulls)
     print(f"div run -- true: on none {none:.2f} s, in a cached image {cached:.2f} s, "
           f"first pull {first:.2f} s")
-    record("image step: command starts (srun)", f"{contained[0]:.2f} s", "within 0.5 s of plain",
-           f"{plain[0]:.2f} s (plain srun)", f"+{contained[0] - plain[0]:.2f} s")
-    record("image step: whole step (srun)", f"{contained[1]:.2f} s", "",
-           f"{plain[1]:.2f} s (plain srun)", f"+{contained[1] - plain[1]:.2f} s")
-    record("div run in a cached image", f"{cached:.2f} s", "within 0.5 s of none",
-           f"{none:.2f} s (runtime none)", f"+{cached - none:.2f} s")
-    record("div run with the first pull (~85 MB)", f"{first:.2f} s", "",
-           f"{cached:.2f} s (cached)", f"+{first - cached:.2f} s")
-
+    for figure, value, goal, baseline, named in (
+            ("image step: command starts (srun)", contained[0], "within 0.5 s of plain",
+             plain[0], "plain srun"),
+            ("image step: whole step (srun)", contained[1], "", plain[1], "plain srun"),
+            ("div run in a cached image", cached, "within 0.5 s of none", none, "runtime none"),
+            ("div run with the first pull (~85 MB)", first, "", cached, "cached")):
+        record(figure, f"{value:.2f} s", goal, f"{baseline:.2f} s ({named})",
+               f"+{value - baseline:.2f} s")
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,7 @@
 """Images a test makes itself and pushes to the dev registry (Docker's
 Registry HTTP API v2, as skopeo pushes): one layer of the files it names,
-so an attack's image is a few lines of the test that uses it."""
+so an attack's image is a few lines of the test that uses it; and the
+digest the registry serves for a name."""
 from __future__ import annotations
 
 import gzip
@@ -66,3 +67,13 @@ def push_image(repository: str, tag: str, files: dict[str, str | bytes],
                     "size": len(layer), "digest": _digest(layer)}]}).encode()
     requests.put(f"http://{PUSH}/v2/{repository}/manifests/{tag}", data=manifest,
                  headers={"Content-Type": MANIFEST}, timeout=30).raise_for_status()
+
+
+def manifest_digest(image: str) -> str:
+    """sha256:… of the manifest the dev registry serves for REGISTRY/repo:tag."""
+    registry, _, rest = image.partition("/")
+    repository, _, tag = rest.rpartition(":")
+    answer = requests.head(f"http://{registry}/v2/{repository}/manifests/{tag}", timeout=10,
+                           headers={"Accept": MANIFEST})
+    answer.raise_for_status()
+    return answer.headers["Docker-Content-Digest"]

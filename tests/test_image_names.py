@@ -4,12 +4,12 @@ logins included."""
 from __future__ import annotations
 
 import pytest
-import requests
 
 from divergent.app.services.images.refs import DOCKER_HUB, BadImageName, ImageName, parse_image
 from divergent.app.services.images.registry import ImageError, Login, RegistryUnreachable, resolve
 from divergent.app.services.images.site import ImageSettingsError, image_settings
 from tests.conftest import DEV_STATE, PRIVATE_REGISTRY, REGISTRY
+from tests.images import manifest_digest
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -62,17 +62,10 @@ def test_the_sites_images_table_is_checked_whole():
         assert says in str(refused.value)
 
 
-def _manifest_digest(repository: str, tag: str) -> str:
-    answer = requests.head(f"http://{REGISTRY}/v2/{repository}/manifests/{tag}", timeout=10,
-                           headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
-    answer.raise_for_status()
-    return answer.headers["Docker-Content-Digest"]
-
-
 def test_a_name_resolves_to_the_digest_its_registry_serves(slurm_cluster):
     image = parse_image(f"{REGISTRY}/div/python:3.11")
     resolved = resolve(image, "http", None, "div/python:3.11")
-    assert resolved.digest == _manifest_digest("div/python", "3.11")
+    assert resolved.digest == manifest_digest(f"{REGISTRY}/div/python:3.11")
     assert 20_000_000 < resolved.size < 200_000_000          # its layers, compressed
     with pytest.raises(ImageError) as missing:
         resolve(parse_image(f"{REGISTRY}/div/nothing:1"), "http", None, "div/nothing:1")
@@ -85,7 +78,7 @@ def test_a_private_registry_takes_its_login_and_refuses_a_wrong_one(slurm_cluste
     user, password = (DEV_STATE / "registry-private.login").read_text().strip().split(":", 1)
     image = parse_image(f"{PRIVATE_REGISTRY}/div/python:3.11")
     resolved = resolve(image, "http", Login(user, password), "private")
-    assert resolved.digest == _manifest_digest("div/python", "3.11")
+    assert resolved.digest == manifest_digest(f"{REGISTRY}/div/python:3.11")
     for login in (None, Login(user, "wrong")):
         with pytest.raises(ImageError) as refused:
             resolve(image, "http", login, "private")

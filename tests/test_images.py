@@ -13,25 +13,15 @@ import re
 from pathlib import Path
 
 import pytest
-import requests
 
 from tests.buckets import new_bucket, put_objects, s3_client
 from tests.conftest import DEV_STATE, IMAGE, PRIVATE_REGISTRY, REGISTRY, S3_SECRETS
+from tests.images import manifest_digest
 from tests.test_distributed import ALL_REDUCE, worlds
 
 IMAGE_CACHE = DEV_STATE / "images"
 PULL_TEST = f"{REGISTRY}/div/pull-test:1"
-V2_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 UPLOADED = re.compile(r"^\d+ files?, .* → ", re.M)
-
-
-def digest_of(image: str) -> str:
-    registry, _, rest = image.partition("/")
-    repository, _, tag = rest.rpartition(":")
-    answer = requests.head(f"http://{registry}/v2/{repository}/manifests/{tag}", timeout=10,
-                           headers={"Accept": V2_MANIFEST})
-    answer.raise_for_status()
-    return answer.headers["Docker-Content-Digest"].removeprefix("sha256:")
 
 
 def run(stack, project, *args: str, org: str = "e2e", timeout: float = 180):
@@ -85,7 +75,7 @@ def test_a_run_in_an_image_prints_writes_and_exits_as_on_none(pyxis_stack, proje
 def cached_file(image: str) -> Path:
     """The nodes' file of a public image: named by its registry and digest,
     as image-pull names it."""
-    key = f"{image.partition('/')[0]}#sha256:{digest_of(image)}"
+    key = f"{image.partition('/')[0]}#{manifest_digest(image)}"
     return IMAGE_CACHE / "shared" / f"{hashlib.sha256(key.encode()).hexdigest()}.sqsh"
 
 

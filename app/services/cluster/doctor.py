@@ -197,21 +197,15 @@ def _run_network(client: SlurmClient, _: dict) -> str:
 
 @_needs_slurm
 def _runtime(client: SlurmClient, _: dict) -> str:
-    """The runtime where Slurm's commands run (pyxis adds srun's
-    --container-image) and on a node of each partition, where a one-minute
+    """The runtime where Slurm's commands run (pyxis and divergent's plugin
+    add srun's options) and on a node of each partition, where a one-minute
     step of the first org's account asks for its parts."""
     site = load_site()
     runtime = site.slurm.runtime
     if runtime == "none":
         return "none: runs use the nodes' own software (`div run --image` says it is not used)"
-    options = client.srun_options() if runtime == "pyxis" else ""
-    if runtime == "pyxis" and "--container-image" not in options:
-        raise Problem("pyxis, but srun has no --container-image: add pyxis to plugstack.conf "
-                      "where Slurm's commands run and on every node (docs/admins/images.md)")
-    if runtime == "pyxis" and "--div-container" not in options:
-        raise Problem("pyxis, but srun has no --div-container: add divergent's SPANK plugin "
-                      "(slurm/node/spank_divergent.c) to plugstack.conf after pyxis, or every "
-                      "run in an image fails")
+    if runtime == "pyxis":
+        _pyxis_options(client.srun_options())
     orgs = live_orgs()
     if not orgs:
         return f"{runtime}: the nodes are checked once there is an org, in whose account a step runs"
@@ -225,6 +219,16 @@ def _runtime(client: SlurmClient, _: dict) -> str:
                 continue
             raise Problem(f"{runtime} is not ready on partition {partition}: {exc}") from None
     return f"{runtime}: " + "; ".join(dict.fromkeys(found))
+
+
+def _pyxis_options(options: str) -> None:
+    if "--container-image" not in options:
+        raise Problem("pyxis, but srun has no --container-image: add pyxis to plugstack.conf "
+                      "where Slurm's commands run and on every node (docs/admins/images.md)")
+    if "--div-container" not in options:
+        raise Problem("pyxis, but srun has no --div-container: add divergent's SPANK plugin "
+                      "(slurm/node/spank_divergent.c) to plugstack.conf after pyxis, or every "
+                      "run in an image fails")
 
 
 @_needs_slurm

@@ -66,14 +66,15 @@ def resolve(image: ImageName, scheme: str, login: Login | None, shown: str) -> R
     with requests.Session() as session:
         session.trust_env = False
         session.headers["Accept"] = ACCEPT
-        session.deadline = time.monotonic() + DEADLINE  # type: ignore[attr-defined]
+        deadline = time.monotonic() + DEADLINE
         base = f"{scheme}://{image.registry}/v2/{image.repository}/manifests/"
-        body, media, digest = _manifest(session, base + image.reference, image, login, shown)
+        body, media, digest = _manifest(session, base + image.reference, image, login, shown,
+                                        deadline)
         if image.digest and digest != image.digest:
             raise ImageError(f"{shown}: the registry's manifest is not {image.digest}")
         if media in (MANIFEST_LIST, OCI_INDEX):
             digest = _platform_entry(body, shown)
-            body, media, _ = _manifest(session, base + digest, image, login, shown)
+            body, media, _ = _manifest(session, base + digest, image, login, shown, deadline)
     layers = body.get("layers") if isinstance(body, dict) else None
     if not isinstance(layers, list):
         raise ImageError(f"{shown}: the registry's manifest lists no layers")
@@ -88,12 +89,13 @@ def resolve(image: ImageName, scheme: str, login: Login | None, shown: str) -> R
 
 
 def _manifest(session: requests.Session, url: str, image: ImageName, login: Login | None,
-              shown: str) -> tuple[dict, str, str]:
+              shown: str, deadline: float) -> tuple[dict, str, str]:
     """The manifest at `url` (its JSON, media type and digest), logging in
     first when the registry asks (a bearer token, or basic)."""
     response = _get(session, url, shown)
     if response.status_code == 401:
-        _authorize(session, response.headers.get("WWW-Authenticate", ""), image, login, shown)
+        _authorize(session, response.headers.get("WWW-Authenticate", ""), image, login, shown,
+                   deadline)
         response = _get(session, url, shown)
     if response.status_code == 401:
         raise ImageError(f"{shown}: {image.registry} refused "
@@ -102,7 +104,7 @@ def _manifest(session: requests.Session, url: str, image: ImageName, login: Logi
         raise ImageError(f"{shown}: no such image in {image.registry}")
     if response.status_code != 200:
         raise ImageError(f"{shown}: {image.registry} answered {response.status_code}")
-    raw = _body(session, response, shown)
+    raw = _body(response, shown, deadline)
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError):
@@ -121,15 +123,15 @@ def _get(session: requests.Session, url: str, shown: str, **kwargs) -> requests.
                                   f"({type(exc).__name__})") from None
 
 
-def _body(session: requests.Session, response: requests.Response, shown: str) -> bytes:
-    """The answer's body, up to MAX_MANIFEST bytes, by the session's deadline."""
+def _body(response: requests.Response, shown: str, deadline: float) -> bytes:
+    """The answer's body, up to MAX_MANIFEST bytes, by `deadline` (monotonic)."""
     data = b""
     try:
         for chunk in response.iter_content(65536):
             data += chunk
             if len(data) > MAX_MANIFEST:
                 raise ImageError(f"{shown}: the registry's answer is over {MAX_MANIFEST} bytes")
-            if time.monotonic() > session.deadline:  # type: ignore[attr-defined]
+            if time.monotonic() > deadline:
                 raise RegistryUnreachable(f"{shown}: the registry took over {DEADLINE} s")
     except requests.RequestException as exc:
         raise RegistryUnreachable(f"{shown}: the registry did not answer "
@@ -138,7 +140,7 @@ def _body(session: requests.Session, response: requests.Response, shown: str) ->
 
 
 def _authorize(session: requests.Session, challenge: str, image: ImageName,
-               login: Login | None, shown: str) -> None:
+               login: Login | None, shown: str, deadline: float) -> None:
     scheme, _, params = challenge.partition(" ")
     basic = (login.username, login.password) if login else None
     if scheme.lower() == "basic":
@@ -158,7 +160,7 @@ def _authorize(session: requests.Session, challenge: str, image: ImageName,
         raise ImageError(f"{shown}: {image.registry} refused "
                          + ("the org's login" if login else "an anonymous pull"))
     try:
-        answer = json.loads(_body(session, response, shown))
+        answer = json.loads(_body(response, shown, deadline))
         token = answer.get("token") or answer.get("access_token")
     except (ValueError, AttributeError, RecursionError):
         token = None
