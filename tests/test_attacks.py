@@ -1114,6 +1114,19 @@ def test_an_image_that_would_reach_the_node_through_enroot_is_refused_there(pyxi
     assert not canary.exists()
 
 
+def test_a_container_that_does_not_start_never_runs_the_command_on_the_node(pyxis_stack,
+                                                                           project):
+    """enroot cannot start an image without /bin/sh: the step fails there
+    (pyxis `required` in plugstack.conf), never runs the command with the
+    node's own root."""
+    canary, tag = _canary("nosh"), secrets.token_hex(4)
+    push_image("attack/nosh", tag, {"etc/hostname": "nosh\n"})
+    done, out, err = _run(pyxis_stack, project, "--no-upload", "--image",
+                          f"{REGISTRY}/attack/nosh:{tag}", "--", f"touch {canary}")
+    assert done.returncode != 0, err
+    assert not canary.exists()
+
+
 def test_the_image_users_sudo_rule_is_a_public_pull_and_a_login_is_what_the_server_wrote(
         pyxis_stack, project):
     """An org's user may run image-pull as div-images (sudo): never with a
