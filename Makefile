@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export FLASK_APP := wsgi.py
 
-.PHONY: up install wheel docs test test-fast lint down bench cluster s3 postgres test-tools node-torch pyslurm
+.PHONY: up install wheel docs test test-fast lint down bench cluster s3 postgres test-tools node-torch node-jupyter pyslurm
 
 # The server, the reconciler and their admin commands run as the service
 # user (scripts/services); the key file for the developer is copied out.
@@ -18,13 +18,17 @@ export FLASK_APP := wsgi.py
 # are a private registry, whose login the dev org holds in its secrets.
 DEV_REGISTRY := 10.77.0.1:5000
 DEV_PRIVATE_REGISTRY := 10.77.0.1:5001
+DEV_NODE_CONF := $(or $(DIV_DEV_SLURM_CONF_DIR),/etc/slurm)/divergent-node.conf
 DEV_REGISTRY_LOGIN := $(or $(DIV_DEV_STATE),/var/lib/div-dev)/registry-private.login
-up: $(VENV)/.installed cluster s3 node-torch services.env
+up: $(VENV)/.installed cluster s3 node-torch node-jupyter services.env
 	slurm/dev/images
 	scripts/services exec $(BIN)/flask db upgrade
 	scripts/services start
 	scripts/services exec $(BIN)/flask dev-bootstrap --env-file instance/dev.env
 	scripts/services exec $(BIN)/flask site --runtime pyxis >/dev/null
+	@# div shell and div notebook reach runs at their jobs' addresses, as the nodes number them.
+	scripts/services exec $(BIN)/flask site interactive \
+		--job-subnets "$$(. $(DEV_NODE_CONF) && echo "$$JOB_SUBNETS")" >/dev/null
 	scripts/services exec $(BIN)/flask site images --mirror $(DEV_REGISTRY) \
 		--insecure $(DEV_REGISTRY) --insecure $(DEV_PRIVATE_REGISTRY) \
 		--login $(DEV_PRIVATE_REGISTRY)=DEV_REGISTRY
@@ -68,7 +72,8 @@ wheel: $(VENV)/.installed
 TEST_WORKERS ?= 4
 test: lint cluster s3 postgres test-tools
 	@# pyslurm builds (minutes, the first time) while torch downloads.
-	scripts/pyslurm-wheel & built=$$!; $(NODE_TORCH_INSTALL) && slurm/dev/images; torch=$$?; \
+	scripts/pyslurm-wheel & built=$$!; $(NODE_TORCH_INSTALL) && $(NODE_JUPYTER_INSTALL) && \
+		slurm/dev/images; torch=$$?; \
 		wait $$built && exit $$torch
 	DIV_DEV_PROFILE=site2 slurm/dev/up && $(BIN)/pytest -m site2; site2=$$?; \
 	slurm/dev/up && $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25; rc=$$?; \
@@ -138,6 +143,14 @@ NODE_TORCH_INSTALL = /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null || \
 	/usr/bin/python3 -m pip install -q --break-system-packages 'torch==$(NODE_TORCH)' numpy
 node-torch: cluster
 	@$(NODE_TORCH_INSTALL)
+
+# div notebook's JupyterLab, on the nodes' own Python (runtime none) and so
+# in the dev images made from it (slurm/dev/images), as a site's admin would.
+NODE_JUPYTER = 4.6.6
+NODE_JUPYTER_INSTALL = /usr/bin/python3 -c 'import jupyterlab' 2>/dev/null || \
+	/usr/bin/python3 -m pip install -q --break-system-packages 'jupyterlab==$(NODE_JUPYTER)'
+node-jupyter: cluster
+	@$(NODE_JUPYTER_INSTALL)
 
 # The SSH transport's tests start a real sshd; the dashboard's, Debian's
 # Chromium (driven by Playwright's Python package, never `playwright install`);

@@ -12,6 +12,9 @@ def _database_url() -> str | None:
     return url
 
 
+# A worker's threads (gunicorn_conf.py): long requests of one kind take a quarter at most.
+_QUARTER_OF_THREADS = str(max(1, int(os.environ.get("DIV_THREADS", "128")) // 4))
+
 class Config:
     # None: made once and kept in instance/secret_key (create_app).
     SECRET_KEY = os.environ.get("SECRET_KEY")
@@ -62,9 +65,12 @@ class Config:
     # orgs always find threads (app/services/site/request_slots.py).
     DIV_FOLLOWERS_PER_WORKER = int(os.environ.get("DIV_FOLLOWERS_PER_WORKER", "512"))
     DIV_FOLLOWERS_PER_ORG = int(os.environ.get("DIV_FOLLOWERS_PER_ORG", "32"))
-    DIV_TRANSFERS_PER_WORKER = int(os.environ.get(
-        "DIV_TRANSFERS_PER_WORKER", str(max(1, int(os.environ.get("DIV_THREADS", "128")) // 4))))
+    DIV_TRANSFERS_PER_WORKER = int(os.environ.get("DIV_TRANSFERS_PER_WORKER", _QUARTER_OF_THREADS))
     DIV_TRANSFERS_PER_ORG = int(os.environ.get("DIV_TRANSFERS_PER_ORG", "12"))
+    # Interactive runs' terminals and notebook requests (app/web/run_proxy.py):
+    # a thread each while open, a quarter of a worker's at most.
+    DIV_INTERACTIVE_PER_WORKER = int(os.environ.get("DIV_INTERACTIVE_PER_WORKER", _QUARTER_OF_THREADS))
+    DIV_INTERACTIVE_PER_ORG = int(os.environ.get("DIV_INTERACTIVE_PER_ORG", "16"))
     # A client connection that sends or takes nothing for this long is
     # closed, whatever it was doing (app/web/gunicorn_conf.py, upload_body.py).
     DIV_CLIENT_IDLE_SECONDS = float(os.environ.get("DIV_CLIENT_IDLE_SECONDS", "60"))

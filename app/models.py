@@ -147,6 +147,8 @@ class Run(Base):
     user_id: Mapped[int] = mapped_column(sa.ForeignKey("user.id"))
     name: Mapped[str] = mapped_column(sa.String(63))
     status: Mapped[str] = mapped_column(sa.String(16), default="queued")
+    # "batch", or an interactive "shell" or "notebook" (app/services/runs/interactive.py).
+    kind: Mapped[str] = mapped_column(sa.String(8), default="batch", server_default="batch")
     slurm_job_id: Mapped[str | None] = mapped_column(sa.String(32))
     # The Unix user its job runs as (who cancels and shortens it); None:
     # the server's own, as before a site moved to org users.

@@ -65,7 +65,18 @@ class ApiClient:
         """A dashboard page: the dashboard is served where the API is."""
         return self.url + path
 
-    def _new_connection(self) -> http.client.HTTPConnection:
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": self._headers["Authorization"],
+                "User-Agent": self._headers["User-Agent"]}
+
+    def host_header(self) -> str:
+        return self._host if self._port is None else f"{self._host}:{self._port}"
+
+    def path_prefix(self) -> str:
+        """Where the server is mounted: pages (and a run's terminal) below it."""
+        return self._base.removesuffix("/api/v1")
+
+    def new_connection(self) -> http.client.HTTPConnection:
         """To the API, or through a proxy (a CONNECT tunnel), TLS verified."""
         # http.client sends a file body 8 KB a syscall by default.
         options: dict[str, Any] = {"timeout": self._timeout, "blocksize": CHUNK}
@@ -84,7 +95,7 @@ class ApiClient:
 
     def _send(self, method: str, path: str, params: Mapping[str, object] | None,
               body: bytes | LocalBody | None, headers: dict[str, str],
-              fresh: bool) -> http.client.HTTPResponse:
+              fresh: bool, base: str | None = None) -> http.client.HTTPResponse:
         """One request; a kept-alive connection the server has since closed
         is replaced once (one connection per thread: uploads run in parallel)."""
         # Names in the path are the user's words ("a b", "x?y"): quoted here,
@@ -93,12 +104,12 @@ class ApiClient:
         # is not UTF-8 arrives here in PEP 383's form and leaves as its bytes.
         query = {key: value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
                  for key, value in (params or {}).items()}
-        target = self._base + quote(path, safe="/") + (f"?{urlencode(query)}" if query else "")
+        target = (self._base if base is None else base) + quote(path, safe="/") + (f"?{urlencode(query)}" if query else "")
         for attempt in range(2):
-            conn = self._new_connection() if fresh else getattr(self._local, "conn", None)
+            conn = self.new_connection() if fresh else getattr(self._local, "conn", None)
             reused = conn is not None and not fresh
             if conn is None:
-                conn = self._local.conn = self._new_connection()
+                conn = self._local.conn = self.new_connection()
             try:
                 if isinstance(body, LocalBody):
                     _send_file_body(conn, method, target, {**self._headers, **headers}, body)
@@ -119,8 +130,8 @@ class ApiClient:
 
     def _request(self, method: str, path: str, params: Mapping[str, object] | None = None,
                  body: bytes | LocalBody | None = None, headers: dict[str, str] | None = None,
-                 stream: bool = False) -> http.client.HTTPResponse:
-        response = self._send(method, path, params, body, headers or {}, fresh=stream)
+                 stream: bool = False, base: str | None = None) -> http.client.HTTPResponse:
+        response = self._send(method, path, params, body, headers or {}, fresh=stream, base=base)
         if response.status < 400:
             return response
         try:
@@ -144,6 +155,11 @@ class ApiClient:
 
     def get(self, path: str, params: Mapping[str, object] | None = None) -> dict[str, Any]:
         return self._json(self._request("GET", path, params=params))
+
+    def get_page(self, path: str) -> dict[str, Any]:
+        """A GET below the server's root, not the API's (an interactive run's
+        own URL), answered in JSON."""
+        return self._json(self._request("GET", path, base=self.path_prefix()))
 
     def _send_json(self, method: str, path: str, body: Mapping[str, object] | None,
                    headers: dict[str, str] | None = None) -> dict[str, Any]:

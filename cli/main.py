@@ -10,6 +10,7 @@ from divergent.cli.run import run
 from divergent.cli.runs import logs, ls, open_, rerun, stop
 from divergent.cli.schedule import schedule
 from divergent.cli.secrets import secrets
+from divergent.cli.shell import notebook, shell
 from divergent.cli.storage import storage
 from divergent.cli.sweep import sweep
 from divergent.cli.transfers import export, import_
@@ -24,6 +25,6 @@ def cli() -> None:
 
 storage.add_command(import_)
 storage.add_command(export)
-for command in (run, rerun, logs, stop, ls, open_, login, whoami, keys, secrets, schedule, notify, sweep,
+for command in (run, shell, notebook, rerun, logs, stop, ls, open_, login, whoami, keys, secrets, schedule, notify, sweep,
                 storage, usage):
     cli.add_command(command)

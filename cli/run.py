@@ -75,33 +75,52 @@ def _callback(parse: Callable[..., object],
     return callback
 
 
+def _options(*options: Callable) -> Callable:
+    def apply(command: Callable) -> Callable:
+        for option in reversed(options):
+            command = option(command)
+        return command
+    return apply
+
+
+# What a run is and what it gets: div run's, and div shell's and div notebook's.
+RUN_OPTIONS = _options(
+    click.option("--gpu", default="h100", show_default=True, metavar="TYPE",
+                 shell_complete=lambda ctx, param, typed: [
+                     t for t in FALLBACK.gpu_types if t.startswith(typed)],
+                 help=f"GPU type, one the site sells ({', '.join(FALLBACK.gpu_types)} on the "
+                      "docs' cluster)."),
+    click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="Number of GPUs; above a node's (8 on the docs' cluster), whole nodes."),
+    click.option("--cpu", "cpus", type=click.IntRange(min=1),
+                 help="Physical CPU cores.  [default: 1 per GPU]"),
+    click.option("--memory", callback=_callback(parse_memory), metavar="SIZE",
+                 help="Memory in whole GiB: 64, 64G or 64GiB.  [default: 8 GiB per GPU, 2 for cpu]"),
+    click.option("--max-spend", callback=_callback(parse_usd), metavar="USD",
+                 help="Stop the run when it has cost this many dollars: 5, 5.00 or $5."),
+    click.option("--project", callback=_callback(parse_name, "--project"),
+                 help="Project the run belongs to.  [default: the folder's name]"),
+    click.option("--name", callback=_callback(parse_name, "--name"),
+                 help="Run name.  [default: generated]"),
+    click.option("--image", default=DEFAULT_IMAGE, show_default=True,
+                 callback=_callback(parse_image), help="Public container image to run in."),
+    click.option("--env", "env_items", multiple=True, callback=_callback(parse_env),
+                 metavar="KEY=value", help="Environment variable for the run. Repeatable."),
+    click.option("--secret", "secrets", multiple=True, metavar="NAME",
+                 callback=lambda ctx, param, values: [parse_secret_name(v) for v in values],
+                 help="An org secret (div secrets set) to give the run as an environment "
+                      "variable; masked as *** in its log. Repeatable."))
+
+# Where its code comes from.
+CODE_OPTIONS = _options(
+    click.option("--volume", callback=_callback(parse_volume),
+                 help="Volume to upload the code to.  [default: <project>-code]"),
+    click.option("--no-upload", is_flag=True, help="Upload nothing; run the command in the image as it is."))
+
+
 @click.command("run", cls=RunCommand)
 @click.argument("words", nargs=-1, metavar="<entrypoint> | -- <command...>")
-@click.option("--gpu", default="h100", show_default=True, metavar="TYPE",
-              shell_complete=lambda ctx, param, typed: [
-                  t for t in FALLBACK.gpu_types if t.startswith(typed)],
-              help=f"GPU type, one the site sells ({', '.join(FALLBACK.gpu_types)} on the "
-                   "docs' cluster).")
-@click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Number of GPUs; above a node's (8 on the docs' cluster), whole nodes.")
-@click.option("--cpu", "cpus", type=click.IntRange(min=1),
-              help="Physical CPU cores.  [default: 1 per GPU]")
-@click.option("--memory", callback=_callback(parse_memory), metavar="SIZE",
-              help="Memory in whole GiB: 64, 64G or 64GiB.  [default: 8 GiB per GPU, 2 for cpu]")
-@click.option("--max-spend", callback=_callback(parse_usd), metavar="USD",
-              help="Stop the run when it has cost this many dollars: 5, 5.00 or $5.")
-@click.option("--project", callback=_callback(parse_name, "--project"),
-              help="Project the run belongs to.  [default: the folder's name]")
-@click.option("--name", callback=_callback(parse_name, "--name"),
-              help="Run name.  [default: generated]")
-@click.option("--image", default=DEFAULT_IMAGE, show_default=True,
-              callback=_callback(parse_image), help="Public container image to run in.")
-@click.option("--env", "env_items", multiple=True, callback=_callback(parse_env),
-              metavar="KEY=value", help="Environment variable for the run. Repeatable.")
-@click.option("--secret", "secrets", multiple=True, metavar="NAME",
-              callback=lambda ctx, param, values: [parse_secret_name(v) for v in values],
-              help="An org secret (div secrets set) to give the run as an environment "
-                   "variable; masked as *** in its log. Repeatable.")
+@RUN_OPTIONS
 @click.option("--mount", "mounts", multiple=True, metavar="s3://BUCKET/PREFIX:/mnt/NAME",
               callback=lambda ctx, param, values: [parse_mount(v) for v in values],
               help="Copy an S3 prefix into the volume NAME (a volume's name, no subfolder) "
@@ -118,9 +137,7 @@ def _callback(parse: Callable[..., object],
               help="Condition the result must meet, such as metrics.accuracy>=0.8. Repeatable.")
 @click.option("--telemetry", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Chart layout for the Telemetry tab.  [default: telemetry.toml, if present]")
-@click.option("--volume", callback=_callback(parse_volume),
-              help="Volume to upload the code to.  [default: <project>-code]")
-@click.option("--no-upload", is_flag=True, help="Upload nothing; run the command in the image as it is.")
+@CODE_OPTIONS
 @click.option("-d", "--detach", is_flag=True, help="Print the run's name and exit once it has started.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the run as JSON when it ends (with --detach, when it starts); "
@@ -196,11 +213,15 @@ def check_first(api: ApiClient, path: str, body: dict[str, Any]) -> None:
 
 
 def run_request(api: ApiClient, params: dict[str, Any], after_dashes: bool,
-                check: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+                check: Callable[[dict[str, Any]], None], kind: str = "batch") -> dict[str, Any]:
     """The request for POST /runs from `div run`'s parsed flags, checked by
     `check` and then the code uploaded (unless --no-upload). `div schedule
-    create` uses it too."""
-    command = command_for(params["words"], after_dashes)
+    create` uses it too, and div shell and div notebook (`kind`), whose
+    command may be left out (a shell; Jupyter)."""
+    interactive = kind != "batch"
+    params = {"telemetry": None, "checks": [], "mounts": [], "sweep": (), **params}
+    words = params["words"]
+    command = command_for(words, after_dashes) if words or not interactive else ""
     gpu, gpus, cpus, memory = params["gpu"], params["gpus"], params["cpus"], params["memory"]
     check_hardware(gpu, gpus, cpus, memory, cluster_shape(api, gpu))
     root = Path.cwd()
@@ -213,13 +234,14 @@ def run_request(api: ApiClient, params: dict[str, Any], after_dashes: bool,
             "checks": [c["check"] for c in params["checks"]], "mounts": params["mounts"],
             "telemetry": telemetry.read_text() if telemetry else None,
             "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f"),
-            "sweep": params["sweep"] or None}
+            "sweep": params["sweep"] or None, "kind": kind}
     if not no_upload:
         paths = list_files(root)
         if not paths:
             raise click.UsageError(f"nothing to upload in {root}; to run the image as it "
                                    "is, use --no-upload")
-        check_entrypoint(params["words"], after_dashes, root, paths)
+        if words:
+            check_entrypoint(words, after_dashes, root, paths)
     check(body)
     if not no_upload:
         tree = upload(api, params["volume"] or f"{project}-code", hash_files(root, paths))

@@ -146,6 +146,29 @@ class SlurmSite:
             raise InvalidJobSpec(f"org_nodes must be one of {', '.join(ORG_NODES)}")
 
 
+INTERACTIVE_KINDS = ("shell", "notebook")
+# Where the server serves a notebook run (Jupyter's base URL): /runs/<name>/notebook/.
+BASE_URL = re.compile(r"^/[A-Za-z0-9._/-]*/$")
+
+
+@dataclass(frozen=True)
+class Interactive:
+    """A run the server reaches (div shell, div notebook): what serves it on
+    the job's own address, at which port, and how long it may go unused."""
+
+    kind: str
+    port: int
+    idle_seconds: int
+    base_url: str = "/"
+
+    def __post_init__(self) -> None:
+        if self.kind not in INTERACTIVE_KINDS:
+            raise InvalidJobSpec(f"interactive kind must be one of {', '.join(INTERACTIVE_KINDS)}")
+        if not 1024 <= self.port <= 65535 or self.idle_seconds < 1:
+            raise InvalidJobSpec("interactive port 1024..65535 and idle time at least 1 s")
+        _check(BASE_URL, self.base_url, "notebook base URL")
+
+
 @dataclass(frozen=True)
 class ArrayMember:
     """One member of a sweep's job array: its run, state folder and env
@@ -195,6 +218,7 @@ class JobSpec:
     image_source: str | None = None
     image_size: int = 0
     image_private: bool = False
+    interactive: Interactive | None = None
 
     def __post_init__(self) -> None:
         validate(self)

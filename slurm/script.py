@@ -93,6 +93,15 @@ EXEC_PYXIS = "\n" + _fragment("exec-pyxis.sh")
 # `apptainer`: the image from its registry, contained, with GPUs when asked.
 EXEC_APPTAINER = "\n" + _fragment("exec-apptainer.sh")
 
+# An interactive run's token (the server's, to reach it): in the secrets
+# file, so that neither the script nor a log ever holds it; only what serves
+# the run reads it from the environment (terminal.py, Jupyter).
+INTERACTIVE_TOKEN = "DIV_INTERACTIVE_TOKEN"
+
+# A shell run's program in its sandbox: the command on a terminal, served
+# to the server (slurm/batch/terminal.py). The node's Python, or the image's.
+TERMINAL = _fragment("terminal.py")
+
 # Runtime `none`, inside the sandbox before LAUNCH: a Python environment of
 # the run's own over the node's (whose packages, torch included, stay
 # visible), so that `pip install` works with /usr read-only. On the node's
@@ -167,6 +176,27 @@ def sbatch_directives(spec: JobSpec, site: SlurmSite) -> list[str]:
     return ["#SBATCH " + line for line in lines]
 
 
+def run_command(spec: JobSpec) -> str:
+    """What the run's own shell runs: its command, or for an interactive
+    run what serves it on the job's address (the server's one way in)."""
+    interactive = spec.interactive
+    if interactive is None:
+        return spec.command
+    port = f"export DIV_INTERACTIVE_PORT={interactive.port}; "
+    if interactive.kind == "shell":
+        return (port + f"exec python3 -I -c {shlex.quote(TERMINAL)} {interactive.idle_seconds} "
+                + shlex.quote(spec.command))
+    # JupyterLab from the image or the node's Python; its files in /tmp, not the workspace.
+    return (f'export JUPYTER_TOKEN="${INTERACTIVE_TOKEN}"; unset {INTERACTIVE_TOKEN}; '
+            "export JUPYTER_RUNTIME_DIR=/tmp/jupyter IPYTHONDIR=/tmp/ipython; "
+            f"exec python3 -m jupyterlab --no-browser --ip=0.0.0.0 --port={interactive.port} "
+            f"--ServerApp.base_url={shlex.quote(interactive.base_url)} "
+            "--ServerApp.root_dir=/workspace --ServerApp.allow_remote_access=True "
+            f"--ServerApp.shutdown_no_activity_timeout={interactive.idle_seconds} "
+            f"--MappingKernelManager.cull_idle_timeout={interactive.idle_seconds} "
+            "--LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate")
+
+
 def _assign(name: str, value: str) -> str:
     return f"{name}={shlex.quote(value)}"
 
@@ -175,9 +205,11 @@ def _array_declaration(name: str, items: list[str]) -> str:
     return f"{name}=(" + " ".join(shlex.quote(item) for item in items) + ")"
 
 
-def _env_declaration(name: str, values: dict[str, str], what: str) -> str:
+def _env_declaration(name: str, values: dict[str, str], what: str,
+                     ours: tuple[str, ...] = ()) -> str:
     for key in values:
-        check_env_name(key, what)
+        if key not in ours:
+            check_env_name(key, what)
     return _array_declaration(name, [f"{k}={v}" for k, v in values.items()])
 
 
@@ -221,7 +253,7 @@ def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
         "export " + _assign("div_volumes_dir", spec.volumes_dir),
         "export " + _assign("div_trees_dir", spec.trees_dir or ""),
         "export " + _assign("div_code", spec.code_dir or ""),
-        "export " + _assign("div_command", spec.command),
+        "export " + _assign("div_command", run_command(spec)),
         "export " + _assign("div_image", spec.image),
         "export " + _assign("div_scratch_root", site.scratch_root),
         "export " + _assign("div_gpus", "no" if spec.hardware(site).is_cpu else "yes"),
@@ -268,8 +300,9 @@ def _image_values(spec: JobSpec, site: SlurmSite) -> list[str]:
 
 def secrets_file_text(values: dict[str, str]) -> str:
     """What the batch script reads (never sources) into div_secrets_decl:
-    a declaration whose names are checked and values shell-quoted."""
-    return _env_declaration("div_secrets", values, "secret") + "\n"
+    a declaration whose names are checked and values shell-quoted; the one
+    reserved name allowed is the server's own (an interactive run's token)."""
+    return _env_declaration("div_secrets", values, "secret", (INTERACTIVE_TOKEN,)) + "\n"
 
 
 def _secrets_block(spec: JobSpec) -> list[str]:

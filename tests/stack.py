@@ -200,6 +200,15 @@ def read_terminal(controller: int) -> bytes:
     return seen
 
 
+def dev_job_subnets() -> str:
+    """JOB_SUBNETS of the dev cluster's nodes (slurm/dev/up writes it)."""
+    conf = Path(os.environ.get("DIV_DEV_SLURM_CONF_DIR", "/etc/slurm")) / "divergent-node.conf"
+    for line in conf.read_text().splitlines():
+        if line.startswith("JOB_SUBNETS="):
+            return line.partition("=")[2].strip('"')
+    raise AssertionError(f"{conf} has no JOB_SUBNETS")
+
+
 def start_stack(port: int, postgres_admin_url: str | None,
                 database: str = "divergent_e2e", settings: dict[str, str] | None = None,
                 accounts: dict[str, str] | None = None,
@@ -222,6 +231,8 @@ def start_stack(port: int, postgres_admin_url: str | None,
     stack.private_folder("data/share")
     try:
         stack.flask("db", "upgrade")
+        # Interactive runs reach their jobs' addresses, as the nodes number them.
+        stack.flask("site", "interactive", "--job-subnets", dev_job_subnets())
         if before_start is not None:
             before_start(stack)      # the site's settings, made as its admin makes them
         stack.services("start")

@@ -14,6 +14,11 @@ from divergent.app.services.cluster.capacity import cluster_nodes
 from divergent.app.services.cluster.catalog_from_slurm import propose
 from divergent.app.services.errors import Invalid
 from divergent.app.services.images.site import ImageSettingsError, image_settings
+from divergent.app.services.site.interactive import (
+    InteractiveSettingsError,
+    interactive_settings,
+    parse_subnets,
+)
 from divergent.app.services.money.pricing import PriceTable, change_prices, current_prices, micros, usd_text
 from divergent.app.services.site.settings import (
     SUBMIT_AS,
@@ -279,6 +284,42 @@ def images(mirror, registries, insecure, logins) -> None:
     click.echo(f"insecure    {' '.join(settings.insecure) or '-'}")
     for registry, prefix in settings.logins.items():
         click.echo(f"login       {registry}: secrets {prefix}_USERNAME, {prefix}_PASSWORD")
+
+
+@site.command("interactive")
+@click.option("--job-subnets", metavar="'NODE=PREFIX ...'",
+              help="Each node's /16 for its jobs, as JOB_SUBNETS in divergent-node.conf "
+                   "(\"node1=10.81 node2=10.82\"); none: no interactive runs.")
+@click.option("--port", type=int, help="The port they serve on in their job's network "
+                                        "(INTERACTIVE_PORT on the nodes; default 8888).")
+@click.option("--idle-minutes", type=int,
+              help="A shell nobody is attached to, or a notebook nobody uses, ends after "
+                   "this long (default 15).")
+@click.option("--gpu-type", "gpu_types", multiple=True, metavar="TYPE",
+              help="A type interactive runs may ask for. Repeatable; replaces the list "
+                   "(default: every type).")
+def interactive(job_subnets, port, idle_minutes, gpu_types) -> None:
+    """Show the settings of interactive runs (div shell, div notebook), or change them."""
+    current = load_site()
+    old = current.interactive
+    if job_subnets is not None or port or idle_minutes or gpu_types:
+        table = {"port": port or old.port, "idle_minutes": idle_minutes or old.idle_minutes,
+                 "job_subnets": dict(old.job_subnets)}
+        if gpu_types or old.gpu_types is not None:
+            table["gpu_types"] = list(gpu_types or old.gpu_types or ())
+        try:
+            if job_subnets is not None:
+                table["job_subnets"] = parse_subnets(job_subnets)
+            current = replace(current, interactive=interactive_settings(table))
+        except InteractiveSettingsError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"saved {save_site(current)}", err=True)
+    settings = current.interactive
+    subnets = " ".join(f"{node}={prefix}" for node, prefix in settings.job_subnets.items())
+    click.echo(f"job subnets   {subnets or '- (no interactive runs)'}")
+    click.echo(f"port          {settings.port}")
+    click.echo(f"idle minutes  {settings.idle_minutes}")
+    click.echo(f"gpu types     {' '.join(settings.gpu_types or ()) or 'all'}")
 
 
 commands = [site]

@@ -7,6 +7,7 @@ from divergent.app.dashboard import (  # noqa: E402,F401
     auth,
     cluster,
     formats,
+    interactive,
     logs,
     runs,
     schedules,

@@ -18,7 +18,9 @@ app/web/upload_body.py) is not lingered for at all: the client is told at
 once. Log followers are handed to a thread of their own (app/web/follow_hub.py):
 the API's follow view leaves the stream in the request's environ
 (HAND_OFF), and this worker gives the connection to the hub instead of
-writing the response, so a waiting follower holds none of its threads.
+writing the response, so a waiting follower holds none of its threads. A
+WebSocket spliced to an interactive run (app/web/run_proxy.py, SPLICED) is
+over when its view returns: the worker closes it without an answer.
 
 scripts/services and deploy/systemd run it (--worker-class)."""
 from __future__ import annotations
@@ -34,6 +36,7 @@ from gunicorn import util
 from gunicorn.workers.gthread import ThreadWorker
 
 from divergent.app.web.follow_hub import HAND_OFF, HUB, FollowHub, response_head
+from divergent.app.web.run_proxy import SPLICED
 
 HEADER_SECONDS = float(os.environ.get("DIV_CLIENT_HEADER_SECONDS", "30"))
 
@@ -69,6 +72,13 @@ class LingerInThreadWorker(ThreadWorker):
                 head[:] = [status, headers]
                 return start_response(status, headers, exc_info)
             body = app(environ, keep_head)
+            if environ.get(SPLICED):
+                # A WebSocket spliced to a run (app/web/run_proxy.py), over
+                # by now: nothing more is written to it.
+                if hasattr(body, "close"):
+                    body.close()
+                self._handed_off.add(environ["gunicorn.socket"])
+                raise HandedOff
             stream = environ.get(HAND_OFF)
             if stream is None:
                 return body

@@ -17,6 +17,7 @@ from divergent.app.services.errors import (
 )
 from divergent.app.services.money.pricing import usd_text
 from divergent.app.services.runs.text import hardware, waiting_text
+from divergent.app.services.runs.interactive import NOTEBOOK, notebook_path
 from divergent.app.services.site.slurm_access import slurm_site
 
 
@@ -84,7 +85,7 @@ def run_json(run: Run) -> dict:
     """The run as the API and `div run --json` show it (docs/users/div.md, "A run as JSON")."""
     return {
         "name": run.name, "project": run.project.name, "user": run.user.username,
-        "status": run.status,
+        "status": run.status, "kind": run.kind,
         "exit_code": run.exit_code, "waiting": waiting_text(run),
         "gpu": run.gpu_type, "gpus": run.gpus, "cpu": run.cpus, "memory": run.memory_gib,
         "image": run.image, "image_used": image_used(), "command": run.command,
@@ -102,6 +103,8 @@ def run_json(run: Run) -> dict:
         "sweep": run.sweep.name if run.sweep_id else None,
         "sweep_index": run.sweep_index, "sweep_values": run.sweep_values,
         "schedule": run.schedule_name,
+        # An interactive run's own page (its notebook), below the server's root.
+        "url": notebook_path(run.name) if run.kind == NOTEBOOK else None,
     }
 
 

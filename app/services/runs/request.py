@@ -16,6 +16,15 @@ from divergent.app.services.errors import (
 from divergent.app.services.money.catalog import catalog
 from divergent.app.services.money.pricing import micros
 from divergent.app.services.runs.checks import parse_check
+from divergent.app.services.runs.interactive import (
+    BATCH,
+    DEFAULT_SHELL,
+    NOTEBOOK,
+    NOTEBOOK_COMMAND,
+    SHELL,
+    TERM,
+    check_interactive,
+)
 from divergent.app.services.runs.telemetry import parse_layout
 from divergent.app.services.runs.transfers import PROJECT as TRANSFER_PROJECT
 from divergent.app.services.runs.transfers import S3Location, Transfer, parse_mount, run_fields
@@ -64,6 +73,8 @@ class RunRequest:
     # names of the transfer runs that copy them.
     mounts: list[tuple[S3Location, str]] = field(default_factory=list)
     copies: list[str] = field(default_factory=list)
+    # "batch", or an interactive "shell" or "notebook" (div shell, div notebook).
+    kind: str = BATCH
 
 
 def _int(body: dict, key: str, default):
@@ -116,7 +127,12 @@ def parse_request(body: object) -> RunRequest:
         max_spend_micros=dollars(_str(body, "max_spend")), name=_str(body, "name"),
         image=_str_or(body, "image", DEFAULT_IMAGE), env=env, checks=checks,
         telemetry=_str(body, "telemetry"), code_ref=_str(body, "code"), secrets=secrets,
-        mounts=[parse_mount(mount) for mount in mounts])
+        mounts=[parse_mount(mount) for mount in mounts], kind=_str_or(body, "kind", BATCH))
+    if req.kind == NOTEBOOK:
+        req.command = NOTEBOOK_COMMAND
+    elif req.kind == SHELL:
+        req.command = req.command or DEFAULT_SHELL
+        req.env = {"TERM": TERM, **req.env}
     _validate(req)
     return req
 
@@ -135,6 +151,9 @@ def _validate(req: RunRequest) -> None:
     if not req.command.strip() or "\0" in req.command:
         raise Invalid("the run needs a command")
     _validate_hardware(req, catalog())
+    check_interactive(req.kind, req.gpu, req.gpus)
+    if req.kind != BATCH and req.mounts:
+        raise Invalid("an interactive run cannot --mount: copy the bucket with div storage import first")
     for key, value in req.env.items():
         try:
             check_env_name(key)
@@ -206,7 +225,8 @@ def rerun_request(run: Run) -> RunRequest:
         image=run.image, env={**(run.env or {}), **(run.sweep_values or {})},
         checks=[c["check"] for c in run.checks or []], telemetry=run.telemetry,
         code_ref=run.code_ref, secrets=list(run.secret_names or []),
-        mounts=[parse_mount(f"{m['url']}:{m['path']}") for m in run.mounts or []])
+        mounts=[parse_mount(f"{m['url']}:{m['path']}") for m in run.mounts or []],
+        kind=run.kind)
     _validate(req)
     return req
 

@@ -47,6 +47,7 @@ from divergent.app.services.files.volumes import (
 from divergent.app.services.money.catalog import catalog
 from divergent.app.services.rows import add_unique
 from divergent.app.services.runs.images import RunImage, run_image, write_registry_login
+from divergent.app.services.runs.interactive import BATCH, interactive_spec, new_token
 from divergent.app.services.runs.names import insert_run, run_for_request_key
 from divergent.app.services.runs.refusals import refused_by_slurm
 from divergent.app.services.runs.request import RunRequest, transfer_request
@@ -71,10 +72,12 @@ def job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,
             state_dir=state_dir or run_dir(org, name), volumes_dir=org_dir(org),
             project=req.project, array=array,
             image=req.image, time_limit_minutes=sizing.minutes, env=req.env,
-            code_dir=code_dir, trees_dir=trees_dir(org), has_secrets=bool(req.secrets),
+            code_dir=code_dir, trees_dir=trees_dir(org),
+            has_secrets=bool(req.secrets) or req.kind != BATCH,
             after_jobs=tuple(req.after_jobs),
             image_source=image.source if image else None, image_size=image.size if image else 0,
-            image_private=bool(image and image.login)),
+            image_private=bool(image and image.login),
+            interactive=interactive_spec(req.kind, name)),
             slurm_site())
     except InvalidJobSpec as exc:
         raise Invalid(str(exc)) from None
@@ -198,6 +201,8 @@ def prepare(user: User, req: RunRequest) -> tuple[str | None, dict[str, str], in
     for volume in volumes_in_command(req.command) if req.volumes is None else req.volumes:
         ensure_volume(org, volume)
     secret_values = values_for_run(org, req.secrets)
+    if req.kind != BATCH:
+        secret_values |= new_token()
     project_id = _project(org, req.project).id
     return code_dir, secret_values, project_id, unix_user
 
@@ -223,7 +228,7 @@ def new_run(user: User, req: RunRequest, sizing: Sizing, project_id: int,
                secret_names=req.secrets, request_key=request_key,
                secrets_sealed=seal(json.dumps(secret_values)) if secret_values else None,
                checks=[{"check": c, "verdict": None, "value": None} for c in req.checks],
-               mounts=[], **fields)
+               mounts=[], kind=req.kind, **fields)
 
 
 def create_run(user: User, req: RunRequest, request_key: str | None = None,

@@ -1,5 +1,5 @@
 """Long requests hold a worker thread each for as long as they last: log
-followers, and transfers (file and blob uploads, downloads, plain log
+followers, terminals and notebooks (interactive runs' connections), and transfers (file and blob uploads, downloads, plain log
 reads, which a slow or stalled client can stretch to their deadlines). Each
 kind may take only part of a worker's threads, so some always answer
 everything else, and no org may take all of a kind's. Counted per server
@@ -38,10 +38,13 @@ class Kind:
 
 FOLLOW = Kind("DIV_FOLLOWERS_PER_WORKER", "DIV_FOLLOWERS_PER_ORG", "follows {} logs", True)
 TRANSFER = Kind("DIV_TRANSFERS_PER_WORKER", "DIV_TRANSFERS_PER_ORG", "moves {} files or logs")
+# Terminals and notebook requests passed to interactive runs (app/web/run_proxy.py).
+INTERACTIVE = Kind("DIV_INTERACTIVE_PER_WORKER", "DIV_INTERACTIVE_PER_ORG",
+                   "holds {} terminal and notebook connections")
 
 _lock = threading.Lock()
 log = logging.getLogger("divergent.slots")
-_held: dict[Kind, Counter] = {FOLLOW: Counter(), TRANSFER: Counter()}
+_held: dict[Kind, Counter] = {FOLLOW: Counter(), TRANSFER: Counter(), INTERACTIVE: Counter()}
 
 
 def held(kind: Kind) -> int:

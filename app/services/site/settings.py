@@ -67,6 +67,11 @@ from flask import current_app
 from divergent.app.services.errors import Invalid
 from divergent.app.services.images.site import ImageSettings, ImageSettingsError, image_settings
 from divergent.app.services.instance_files import replace_file
+from divergent.app.services.site.interactive import (
+    InteractiveSettings,
+    InteractiveSettingsError,
+    interactive_settings,
+)
 from divergent.slurm.client import SlurmClient
 from divergent.slurm.jobspec import (
     GPU_NAME,
@@ -185,6 +190,7 @@ class Site:
     transport: Transport = field(default_factory=Transport)
     identity: Identity = field(default_factory=Identity)
     images: ImageSettings = field(default_factory=ImageSettings)
+    interactive: InteractiveSettings = field(default_factory=InteractiveSettings)
 
 
 def site_file() -> str:
@@ -246,9 +252,11 @@ def parse_site(data: dict) -> Site:
         raise SiteConfigError(f"[slurm] {exc}") from None
     try:
         images = image_settings(data.get("images", {}))
-    except ImageSettingsError as exc:
+        interactive = interactive_settings(data.get("interactive", {}))
+    except (ImageSettingsError, InteractiveSettingsError) as exc:
         raise SiteConfigError(str(exc)) from None
-    return Site(site, _transport(transport), _identity(data.get("identity", {})), images)
+    return Site(site, _transport(transport), _identity(data.get("identity", {})), images,
+                interactive)
 
 
 def _catalog(table: object) -> dict[str, GpuType]:
@@ -352,10 +360,11 @@ def site_data(site: Site) -> dict:
                          and (transport.kind == "ssh" or f.name == "kind")}
     data["identity"] = {f.name: value for f in fields(Identity)
                         if (value := getattr(site.identity, f.name)) != f.default}
-    default_images = ImageSettings()
-    data["images"] = {f.name: list(value) if isinstance(value, tuple) else value
-                      for f in fields(ImageSettings)
-                      if (value := getattr(site.images, f.name)) != getattr(default_images, f.name)}
+    for table, settings in (("images", site.images), ("interactive", site.interactive)):
+        default_settings = type(settings)()
+        data[table] = {f.name: list(value) if isinstance(value, tuple) else value
+                       for f in fields(settings)
+                       if (value := getattr(settings, f.name)) != getattr(default_settings, f.name)}
     return data
 
 
@@ -394,7 +403,7 @@ def save_site(site: Site) -> str:
         lines += [f"{key} = {_toml(value)}" for key, value in values.items()
                   if not isinstance(value, dict)]
         for key, value in values.items():
-            if isinstance(value, dict):     # [images.logins]: registries are quoted keys
+            if isinstance(value, dict):     # [images.logins]: registries are quoted keys, as nodes
                 lines.append(f"[{table}.{key}]")
                 lines += [f"{_toml(name)} = {_toml(item)}" for name, item in value.items()]
     path = site_file()
@@ -410,8 +419,7 @@ def with_changes(site: Site, slurm: dict, transport: dict | None,
     changes = dict(slurm)
     catalog = _renamed(site.slurm.catalog, changes.pop("partitions", {}),
                        changes.pop("gres", {}), changes.pop("gpus_per_node", None))
-    data = site_data(Site(replace(site.slurm, catalog=catalog), site.transport, site.identity,
-                          site.images))
+    data = site_data(replace(site, slurm=replace(site.slurm, catalog=catalog)))
     data["slurm"].update(changes)
     data["identity"].update(identity or {})
     if transport is not None:

@@ -1,0 +1,100 @@
+"""Interactive runs (div shell, div notebook): runs like any other (sandbox,
+volumes, secrets, spend, billing) whose one program serves the server on
+the job's own address: a terminal (slurm/batch/terminal.py) or JupyterLab.
+
+The server reaches one only at the address it works out itself, from the
+site's [interactive] settings and Slurm's record of the job's node (never
+from anything a request or the run says), with a token of the run's own
+that travels in its secrets (never in its script or its log)."""
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from typing import cast
+
+from divergent.app.models import Run
+from divergent.app.services.accounts.secrets import unseal
+from divergent.app.services.errors import Invalid, NotFound
+from divergent.app.services.money.catalog import catalog
+from divergent.app.services.site.settings import load_site
+from divergent.slurm.jobspec import INTERACTIVE_KINDS, Interactive
+from divergent.slurm.script import INTERACTIVE_TOKEN
+
+BATCH = "batch"
+KINDS = (BATCH, *INTERACTIVE_KINDS)
+SHELL, NOTEBOOK = INTERACTIVE_KINDS
+# What a shell runs without `-- command`, and what a notebook run shows as its command.
+DEFAULT_SHELL = "bash"
+NOTEBOOK_COMMAND = "jupyter lab"
+# A shell's terminal names itself so that programs draw in colour.
+TERM = "xterm-256color"
+
+
+def notebook_path(run_name: str) -> str:
+    """Where the server serves a notebook run (its Jupyter's base URL)."""
+    return f"/runs/{run_name}/notebook/"
+
+
+def check_interactive(kind: str, gpu: str, gpus: int) -> None:
+    """Whether this site lets a run of this kind and size be interactive."""
+    if kind not in KINDS:
+        raise Invalid(f"kind must be one of {', '.join(KINDS)}")
+    if kind == BATCH:
+        return
+    site = load_site()
+    if not site.interactive.job_subnets:
+        raise Invalid("this site has no interactive runs (div shell, div notebook): its admin "
+                      "lists the nodes' job subnets with flask site interactive")
+    if site.slurm.run_network != "isolated":
+        raise Invalid("interactive runs need each run's own network on the nodes "
+                      "(run_network = isolated), which this site does not use")
+    if not site.interactive.allows(gpu):
+        raise Invalid(f"this site has no interactive runs on {gpu}: "
+                      f"{', '.join(site.interactive.gpu_types or ())} only")
+    gpu_type = catalog().get(gpu)
+    if gpu_type is not None and gpu_type.nodes_for(gpus) > 1:
+        raise Invalid(f"an interactive run takes one node: at most {gpu_type.per_node} GPUs")
+
+
+def interactive_spec(kind: str, run_name: str) -> Interactive | None:
+    if kind == BATCH:
+        return None
+    settings = load_site().interactive
+    return Interactive(kind, settings.port, settings.idle_minutes * 60, notebook_path(run_name))
+
+
+def new_token() -> dict[str, str]:
+    """The run's token, among its secrets: sealed with them, masked in its
+    log, and written again for an attempt after a node failure."""
+    return {INTERACTIVE_TOKEN: secrets.token_hex(32)}
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where the server reaches an interactive run, and with what."""
+
+    address: str
+    port: int
+    token: str
+
+
+def upstream(run: Run) -> Upstream:
+    """The running interactive run's address on its node; NotFound while
+    it has none (queued, ended, or not interactive)."""
+    if run.kind == BATCH:
+        raise NotFound(f"{run.name} is a batch run: only div shell and div notebook runs "
+                       "are reached through the server")
+    if run.status != "running" or not run.nodes or not run.slurm_job_id:
+        raise NotFound(f"{run.name} is {run.status}: not running")
+    settings = load_site().interactive
+    job_id = run.slurm_job_id.split("_")[0]
+    address = settings.job_address(run.nodes, int(job_id)) if job_id.isdigit() else None
+    if address is None:
+        raise NotFound(f"{run.name} runs on {run.nodes}, which this site's [interactive] "
+                       "job_subnets do not list")
+    values = json.loads(unseal(cast(str, run.secrets_sealed))) if run.secrets_sealed else {}
+    token = values.get(INTERACTIVE_TOKEN)
+    if not token:
+        raise NotFound(f"{run.name} has no token: it cannot be reached")
+    return Upstream(address, settings.port, token)

@@ -1,0 +1,39 @@
+// A shell run's terminal in its page: xterm.js on the run's WebSocket
+// (/runs/<name>/terminal, this site's own, with the session's cookie).
+// Binary messages are the terminal's bytes; text ones resize it, or say how
+// the shell ended. The box's data-state says where it is (tests read it).
+(function () {
+  "use strict";
+  const box = document.getElementById("terminal");
+  if (!box) return;
+  const term = new Terminal({ cursorBlink: true, fontSize: 14, scrollback: 5000 });
+  const fit = new FitAddon.FitAddon();
+  term.loadAddon(fit);
+  term.open(box);
+  fit.fit();
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const socket = new WebSocket(scheme + "//" + location.host + box.dataset.socket);
+  socket.binaryType = "arraybuffer";
+  const encoder = new TextEncoder();
+  const open = () => socket.readyState === WebSocket.OPEN;
+  const resize = () => open() && socket.send(JSON.stringify({ resize: [term.rows, term.cols] }));
+  box.dataset.state = "connecting";
+  socket.onopen = () => { box.dataset.state = "open"; resize(); term.focus(); };
+  socket.onmessage = (event) => {
+    if (typeof event.data !== "string") { term.write(new Uint8Array(event.data)); return; }
+    const message = JSON.parse(event.data);
+    if ("exit" in message) {
+      box.dataset.state = "ended";
+      term.write("\r\n[the shell ended with exit code " + message.exit + "]\r\n");
+    }
+  };
+  socket.onclose = () => {
+    if (box.dataset.state !== "ended") {
+      box.dataset.state = "closed";
+      term.write("\r\n[disconnected: reload the page to attach again]\r\n");
+    }
+  };
+  term.onData((data) => open() && socket.send(encoder.encode(data)));
+  term.onResize(resize);
+  window.addEventListener("resize", () => fit.fit());
+})();

@@ -1,0 +1,153 @@
+"""A shell run's terminal on this one (div shell): the run's WebSocket
+(/runs/<name>/terminal, through the API's host, its proxy and TLS as
+every call) to and from this terminal in raw mode, so that Ctrl-C, colours
+and full-screen programs are the run's; the window's size follows this
+one's. wsproto speaks the protocol over the socket http.client opened."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+import termios
+import tty
+from collections.abc import Iterator
+from urllib.parse import quote
+
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    RejectConnection,
+    RejectData,
+    Request,
+    TextMessage,
+)
+
+from divergent.cli.api import ApiClient, ApiError, ApiUnreachable
+
+CHUNK = 65536
+HANDSHAKE_SECONDS = 30
+
+
+class Dropped(Exception):
+    """The connection ended before the run's command did."""
+
+
+class _Closed(Exception):
+    """The run closed the WebSocket."""
+
+
+def open_terminal(api: ApiClient, run: str) -> tuple[socket.socket, WSConnection]:
+    """The run's terminal, connected; ApiError with the server's word when
+    it refuses (503 while the run's program is not listening yet)."""
+    conn = api.new_connection()
+    try:
+        conn.connect()
+    except OSError as exc:
+        raise ApiUnreachable(f"cannot reach the API at {api.url}: {exc}") from None
+    sock = conn.sock
+    ws = WSConnection(ConnectionType.CLIENT)
+    headers = [(name.encode(), value.encode()) for name, value in api.auth_headers().items()]
+    sock.sendall(ws.send(Request(host=api.host_header(), target=api.path_prefix() +
+                                 f"/runs/{quote(run, safe='')}/terminal", extra_headers=headers)))
+    sock.settimeout(HANDSHAKE_SECONDS)
+    status, body, done = 502, b"", False
+    while not done:
+        data = sock.recv(CHUNK)
+        ws.receive_data(data or None)
+        for event in ws.events():
+            if isinstance(event, AcceptConnection):
+                sock.settimeout(None)
+                return sock, ws
+            if isinstance(event, RejectConnection):
+                status, done = event.status_code, not event.has_body
+            elif isinstance(event, RejectData):
+                body, done = body + event.data, event.body_finished
+        done = done or not data
+    sock.close()
+    try:
+        message = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        message = f"the server answered {status}"
+    raise ApiError(status, message)
+
+
+@contextlib.contextmanager
+def raw_terminal() -> Iterator[bool]:
+    """This terminal in raw mode for the block, if stdin is one."""
+    if not sys.stdin.isatty():
+        yield False
+        return
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setraw(fd)
+        yield True
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _resize(ws: WSConnection) -> bytes:
+    size = shutil.get_terminal_size()
+    return ws.send(TextMessage(json.dumps({"resize": [size.lines, size.columns]})))
+
+
+def session(sock: socket.socket, ws: WSConnection) -> int:
+    """Relays until the run's command ends: its exit code. Dropped when
+    the connection ends first."""
+    wake_r, wake_w = os.pipe()
+    previous = signal.signal(signal.SIGWINCH, lambda *_: os.write(wake_w, b"w"))
+    stdin, stdout = sys.stdin.fileno(), sys.stdout.buffer
+    exit_code: int | None = None
+    try:
+        sock.sendall(_resize(ws))
+        with raw_terminal():
+            reading = [sock, wake_r, stdin]
+            while True:
+                ready, _, _ = select.select(reading, [], [])
+                if wake_r in ready:
+                    os.read(wake_r, 64)
+                    sock.sendall(_resize(ws))
+                if stdin in ready:
+                    typed = os.read(stdin, CHUNK)
+                    if typed:
+                        sock.sendall(ws.send(BytesMessage(typed)))
+                    else:       # stdin ended (a pipe): the shell reads to its end too
+                        reading.remove(stdin)
+                        sock.sendall(ws.send(BytesMessage(b"\x04")))
+                if sock in ready:
+                    data = sock.recv(CHUNK)
+                    if not data:
+                        break
+                    ws.receive_data(data)
+                    for event in ws.events():
+                        if isinstance(event, BytesMessage):
+                            stdout.write(event.data)
+                            stdout.flush()
+                        elif isinstance(event, TextMessage):
+                            exit_code = json.loads(event.data).get("exit", exit_code)
+                        elif isinstance(event, Ping):
+                            sock.sendall(ws.send(event.response()))
+                        elif isinstance(event, CloseConnection):
+                            with contextlib.suppress(OSError):
+                                sock.sendall(ws.send(event.response()))
+                            raise _Closed
+    except (_Closed, OSError):
+        pass
+    finally:
+        signal.signal(signal.SIGWINCH, previous)
+        os.close(wake_r)
+        os.close(wake_w)
+        sock.close()
+    if exit_code is None:
+        raise Dropped
+    return exit_code
+
+
