@@ -235,8 +235,10 @@ def run_request(api: ApiClient, params: dict[str, Any], after_dashes: bool,
             "telemetry": telemetry.read_text() if telemetry else None,
             "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f"),
             "sweep": params["sweep"] or None, "kind": kind}
+    paths = [] if no_upload else list_files(root)
+    # A shell or notebook in an empty folder has nothing to upload, and that is fine.
+    no_upload = no_upload or (interactive and not paths)
     if not no_upload:
-        paths = list_files(root)
         if not paths:
             raise click.UsageError(f"nothing to upload in {root}; to run the image as it "
                                    "is, use --no-upload")

@@ -5,18 +5,23 @@ the run, exit ending and billing the run), a dropped connection and
 Jupyter's own REST API through the server for the org's key alone."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 
 import requests
+from playwright.sync_api import expect
 
 from tests.interactive import Tmux
+from tests.stack import VENV_BIN
+
+BROWSER_PASSWORD = "interactive-test-password"
 
 
 def shell(stack, project, *args: str, org: str = "e2e") -> Tmux:
-    return Tmux([str(stack.div_env(org)["PATH"].split(":")[0] + "/div"), "shell", "--gpu", "cpu",
-                 *args], project, stack.div_env(org))
+    return Tmux([str(VENV_BIN / "div"), "shell", "--gpu", "cpu", *args], project,
+                stack.div_env(org))
 
 
 def test_a_shell_is_a_terminal_in_the_run_and_its_exit_ends_the_run(stack, project):
@@ -79,7 +84,6 @@ def test_a_dropped_connection_keeps_the_shell_for_attach(stack, project):
 def test_a_notebook_answers_jupyters_api_for_its_org_alone(stack, project):
     done = stack.div("notebook", "--gpu", "cpu", "--name", "nb-api", "-d", "--json", cwd=project)
     assert done.returncode == 0, done.stderr
-    import json
     run = json.loads(done.stdout)
     assert run["kind"] == "notebook" and run["url"] == f"{stack.url}/runs/nb-api/notebook/"
     mine = {"Authorization": f"Bearer {stack.tokens['e2e']}"}
@@ -99,3 +103,61 @@ def test_a_notebook_answers_jupyters_api_for_its_org_alone(stack, project):
         assert nobody.status_code == 302 and "/login" in nobody.headers["Location"]
     finally:
         stack.div("stop", "nb-api", cwd=project)
+
+
+def signed_in_page(stack, browser):
+    stack.flask("set-password", "e2e-user", "--password", BROWSER_PASSWORD)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{stack.url}/login")
+    page.fill("input[name=username]", "e2e-user")
+    page.fill("input[name=password]", BROWSER_PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Runs")
+    return page
+
+
+def test_the_notebook_opens_from_its_run_page_and_runs_a_cell(stack, project, browser):
+    done = stack.div("notebook", "--gpu", "cpu", "--name", "nb-browser", "-d", cwd=project)
+    assert done.returncode == 0, done.stderr
+    page = signed_in_page(stack, browser)
+    try:
+        stack.wait_for_status("nb-browser", "running", timeout=60)
+        page.goto(f"{stack.url}/runs/nb-browser")
+        with page.context.expect_page() as opened:
+            page.click("text=Open notebook")
+        lab = opened.value
+        expect(lab.locator(".jp-Launcher")).to_be_visible(timeout=90_000)
+        lab.click(".jp-LauncherCard[title*='Python 3'] >> nth=0")
+        # The kernel's WebSocket, through the server, says it is ready.
+        expect(lab.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=60_000)
+        cell = lab.locator(".jp-Notebook .jp-Cell .cm-content").first
+        cell.click()
+        lab.keyboard.type("print(6 * 7)")
+        expect(cell).to_have_text("print(6 * 7)")
+        lab.keyboard.press("Shift+Enter")
+        expect(lab.locator(".jp-OutputArea-output").first).to_have_text("42", timeout=60_000)
+    finally:
+        stack.div("stop", "nb-browser", cwd=project)
+        page.close()
+
+
+def test_the_terminal_tab_runs_a_command_in_the_shell(stack, project, browser):
+    started = stack.api("POST", "/runs", json={"project": "tabs", "command": "", "gpu": "cpu",
+                                              "kind": "shell", "name": "sh-browser"})
+    assert started.status_code == 201, started.text
+    page = signed_in_page(stack, browser)
+    try:
+        stack.wait_for_status("sh-browser", "running", timeout=60)
+        page.goto(f"{stack.url}/runs/sh-browser")
+        page.click("nav.tabs >> text=Terminal")
+        terminal = page.locator("#terminal")
+        expect(terminal).to_have_attribute("data-state", "open", timeout=60_000)
+        expect(terminal.locator(".xterm-rows")).to_contain_text("$", timeout=30_000)
+        terminal.click()
+        page.keyboard.type("echo $((6 * 7))-in-the-browser\n")
+        expect(terminal.locator(".xterm-rows")).to_contain_text("42-in-the-browser")
+        page.keyboard.type("exit 0\n")
+        expect(terminal).to_have_attribute("data-state", "ended", timeout=30_000)
+    finally:
+        page.close()
+    assert stack.wait_for_status("sh-browser", "succeeded")["kind"] == "shell"

@@ -22,7 +22,7 @@ from divergent.app.dashboard import bp
 from divergent.app.dashboard.auth import login_required
 from divergent.app.extensions import csrf
 from divergent.app.models import LIVE, Run, User
-from divergent.app.services.errors import Forbidden
+from divergent.app.services.errors import Forbidden, Unavailable
 from divergent.app.services.runs.interactive import NOTEBOOK, SHELL
 from divergent.app.services.runs.listing import find_run
 from divergent.app.services.site.request_slots import INTERACTIVE, take_slot
@@ -65,7 +65,13 @@ def _reached(name: str, kind: str):
     if key is None and run.user_id != user.id:
         raise Forbidden(f"{name} is {run.user.username}'s: its pages open in its owner's browser "
                         "alone (with an API key, any member of the org reaches it)")
-    return proxy(run, take_slot(INTERACTIVE, run.org_id))
+    try:
+        return proxy(run, take_slot(INTERACTIVE, run.org_id))
+    except Unavailable as exc:
+        # Jupyter takes seconds to start: a browser is shown why and asks again.
+        if key is not None or request.method != "GET" or "Upgrade" in request.headers:
+            raise
+        return render_template("starting.html", run=run, reason=str(exc)), 503
 
 
 # Werkzeug's routing tells WebSockets from HTTP: a notebook's paths take both.

@@ -11,8 +11,11 @@
   term.loadAddon(fit);
   term.open(box);
   fit.fit();
-  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const socket = new WebSocket(scheme + "//" + location.host + box.dataset.socket);
+  // The page's own host and scheme, whatever the server named.
+  const address = new URL(box.dataset.socket, location.href);
+  address.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  address.host = location.host;
+  const socket = new WebSocket(address.href);
   socket.binaryType = "arraybuffer";
   const encoder = new TextEncoder();
   const open = () => socket.readyState === WebSocket.OPEN;
