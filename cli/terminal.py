@@ -104,10 +104,12 @@ def session(sock: socket.socket, ws: WSConnection) -> int:
     the connection ends first."""
     wake_r, wake_w = os.pipe()
     previous = signal.signal(signal.SIGWINCH, lambda *_: os.write(wake_w, b"w"))
-    stdin, stdout = sys.stdin.fileno(), sys.stdout.buffer
-    exit_code: int | None = None
+    stdin = sys.stdin.fileno()
+    said: list[int] = []
     try:
         sock.sendall(_resize(ws))
+        # What came with the handshake (the terminal's last screen) first.
+        _received(sock, ws, said)
         with raw_terminal():
             reading = [sock, wake_r, stdin]
             while True:
@@ -127,18 +129,7 @@ def session(sock: socket.socket, ws: WSConnection) -> int:
                     if not data:
                         break
                     ws.receive_data(data)
-                    for event in ws.events():
-                        if isinstance(event, BytesMessage):
-                            stdout.write(event.data)
-                            stdout.flush()
-                        elif isinstance(event, TextMessage):
-                            exit_code = json.loads(event.data).get("exit", exit_code)
-                        elif isinstance(event, Ping):
-                            sock.sendall(ws.send(event.response()))
-                        elif isinstance(event, CloseConnection):
-                            with contextlib.suppress(OSError):
-                                sock.sendall(ws.send(event.response()))
-                            raise _Closed
+                    _received(sock, ws, said)
     except (_Closed, OSError):
         pass
     finally:
@@ -146,8 +137,27 @@ def session(sock: socket.socket, ws: WSConnection) -> int:
         os.close(wake_r)
         os.close(wake_w)
         sock.close()
-    if exit_code is None:
+    if not said:
         raise Dropped
-    return exit_code
+    return said[-1]
+
+
+def _received(sock: socket.socket, ws: WSConnection, said: list[int]) -> None:
+    """The run's messages wsproto holds: bytes to this terminal, and the
+    exit code (into `said`) when the command ends."""
+    for event in ws.events():
+        if isinstance(event, BytesMessage):
+            sys.stdout.buffer.write(event.data)
+            sys.stdout.buffer.flush()
+        elif isinstance(event, TextMessage):
+            code = json.loads(event.data).get("exit")
+            if isinstance(code, int):
+                said.append(code)
+        elif isinstance(event, Ping):
+            sock.sendall(ws.send(event.response()))
+        elif isinstance(event, CloseConnection):
+            with contextlib.suppress(OSError):
+                sock.sendall(ws.send(event.response()))
+            raise _Closed
 
 

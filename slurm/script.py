@@ -184,8 +184,10 @@ def run_command(spec: JobSpec) -> str:
         return spec.command
     port = f"export DIV_INTERACTIVE_PORT={interactive.port}; "
     if interactive.kind == "shell":
-        return (port + f"exec python3 -I -c {shlex.quote(TERMINAL)} {interactive.idle_seconds} "
-                + shlex.quote(spec.command))
+        # The program travels in the environment: ps on the node shows one short line.
+        return (port + f"export DIV_TERMINAL_PROGRAM={shlex.quote(TERMINAL)}; exec python3 -I -c "
+                "'import os; exec(os.environ.pop(\"DIV_TERMINAL_PROGRAM\"))' "
+                f"{interactive.idle_seconds} {shlex.quote(spec.command)}")
     # JupyterLab from the image or the node's Python; its files in /tmp, not the workspace.
     return (f'export JUPYTER_TOKEN="${INTERACTIVE_TOKEN}"; unset {INTERACTIVE_TOKEN}; '
             "export JUPYTER_RUNTIME_DIR=/tmp/jupyter IPYTHONDIR=/tmp/ipython; "

@@ -1281,3 +1281,39 @@ def test_the_server_may_act_as_org_users_with_slurms_commands_alone(slurm_cluste
     for name in ("root", SERVICE_USER, unlisted, admin):
         assert "div-e2e" not in subprocess.run(["id", "-nG", name], capture_output=True,
                                                text=True).stdout.split()
+
+
+def test_only_the_server_reaches_an_interactive_run_and_only_with_its_token(stack, project):
+    """Runs share nodes: a notebook's port is the server's alone to reach
+    (the prolog's rules), and even from the server's host Jupyter answers
+    nothing without the run's token, which only the server holds."""
+    started = stack.div("notebook", "--gpu", "cpu", "--name", "nb-target", "-d", cwd=project,
+                        org="other")
+    assert started.returncode == 0, started.stderr
+    try:
+        stack.wait_for_status("nb-target", "running", org="other", timeout=60)
+        job, node = _job_of(stack, "nb-target", "other")
+        address = f"10.{80 + int(node.removeprefix('node'))}.{(int(job) >> 8) & 255}.{int(job) & 255}"
+        theirs = {"Authorization": f"Bearer {stack.tokens['other']}"}
+        url = f"{stack.url}/runs/nb-target/notebook/api/status"
+        deadline = time.monotonic() + 120
+        while requests.get(url, headers=theirs, timeout=30).status_code != 200:
+            assert time.monotonic() < deadline, "the notebook never answered through the server"
+            time.sleep(1)
+        # The server's host reaches the port, but Jupyter wants the run's token.
+        direct = requests.get(f"http://{address}:8888/runs/nb-target/notebook/api/kernelspecs",
+                              timeout=10, allow_redirects=False)
+        assert direct.status_code == 403
+        # Another org's key reaches nothing through the server.
+        assert requests.get(url, headers={"Authorization": f"Bearer {stack.tokens['e2e']}"},
+                            timeout=30).status_code == 404
+        # A run of another org (Slurm fills the first nodes first: mostly the
+        # notebook's own node) cannot connect to it at all.
+        (project / "probe.py").write_text(NETWORK_PROBE)
+        done, out, err = _run(stack, project, "--env",
+                              f"TARGETS={json.dumps({'notebook': [address, 8888]})}", "--",
+                              "hostname; python probe.py")
+        assert done.returncode == 0, err
+        assert json.loads(re.search(r"REACH (.*)", out).group(1))["notebook"] != "open"
+    finally:
+        stack.div("stop", "nb-target", cwd=project, org="other")

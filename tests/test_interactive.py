@@ -32,6 +32,9 @@ def test_a_shell_is_a_terminal_in_the_run_and_its_exit_ends_the_run(stack, proje
         term.line("pwd; ls; tty")
         screen = term.wait_for("/dev/pts/")
         assert "/workspace" in screen and "train.py" in screen
+        # As confined as any run: none of the node's Slurm or munge.
+        term.line("ls /etc/slurm /run/munge; echo listed=$((100 + $?))")
+        assert "slurm.conf" not in term.wait_for("listed=102")
         # Colours pass unchanged, and the terminal names itself so programs draw them.
         term.line(r"printf '\033[31mred-%s\033[0m\n' $TERM")
         term.wait_for("red-xterm-256color")
@@ -63,13 +66,13 @@ def test_a_dropped_connection_keeps_the_shell_for_attach(stack, project):
     again = None
     try:
         term.wait_for("$ ")
-        term.line("export KEPT=still-set; echo set-it")
-        term.wait_for("set-it")
+        term.line("export KEPT=still-set; echo set-$((1 + 1))")
+        term.wait_for("set-2")
         os.kill(term.client_pid(), signal.SIGKILL)      # the connection drops, not the run
         assert stack.run_json("sh-attach")["status"] == "running"
         again = shell(stack, project, "--attach", "sh-attach")
         # What the terminal showed last comes back first.
-        again.wait_for("set-it")
+        again.wait_for("set-2")
         again.line("echo got-$KEPT")
         again.wait_for("got-still-set")
         again.line("exit")
