@@ -64,13 +64,15 @@ def _ended(api: ApiClient, name: str) -> None:
 def shell(api: ApiClient, attach: str | None, **flags: Any) -> None:
     """Start a run with this folder's code and a terminal in it, on its node,
     in /workspace. Exit (or Ctrl-D) ends the run; a dropped connection does
-    not: come back with --attach within the site's idle time.
+    not: come back with --attach within the site's idle time. With a running
+    batch run's name, a shell beside its command instead (its GPUs, files,
+    processes and environment), which leaves the run running when it exits.
 
     \b
       div shell --gpu h100
       div shell --cpu 4 -- python
       div shell --attach RUN
-      div shell RUN          (a shell run of yours, as --attach)
+      div shell RUN          (beside a running batch run; a shell run: --attach)
     """
     words = flags["words"]
     if attach is None and words and not click.get_current_context().meta["after_dashes"]:
@@ -79,14 +81,24 @@ def shell(api: ApiClient, attach: str | None, **flags: Any) -> None:
         attach = words[0]
     name = attach or _started(api, "shell", flags)["name"]
     run = _until_running(api, name)
+    if run["kind"] == "notebook":
+        fail(f"{name} is a notebook: open {api.page_url(run['url'])}", 2)
     if run["status"] != "running":
+        if run["kind"] == "batch":
+            fail(f"{name} is {run['status']}: a shell goes beside a running run", 1)
         _ended(api, name)
     sock, ws = _connected(api, name)
     try:
-        session(sock, ws)
+        code = session(sock, ws)
     except Dropped:
+        if run["kind"] == "batch":
+            fail(f"\r\ndivergent: the connection to {name} was lost, and its shell with it", 255)
         fail(f"\r\ndivergent: the connection to {name} was lost; its shell goes on: "
              f"div shell --attach {name}", 255)
+    if run["kind"] == "batch":
+        # A shell beside a run: the run goes on.
+        click.echo(f"left {name}'s shell; {name} goes on", err=True)
+        sys.exit(code)
     _ended(api, name)
 
 

@@ -147,14 +147,17 @@ class SlurmSite:
 
 
 INTERACTIVE_KINDS = ("shell", "notebook")
+# A batch run's is a terminal beside its command, for `div shell RUN`.
+BESIDE = "batch"
 # Where the server serves a notebook run (Jupyter's base URL): /runs/<name>/notebook/.
 BASE_URL = re.compile(r"^/[A-Za-z0-9._/-]*/$")
 
 
 @dataclass(frozen=True)
 class Interactive:
-    """A run the server reaches (div shell, div notebook): what serves it on
-    the job's own address, at which port, and how long it may go unused."""
+    """A run the server reaches (div shell, div notebook, and div shell RUN
+    beside a batch run's command): what serves it on the job's own address,
+    at which port, and how long it may go unused."""
 
     kind: str
     port: int
@@ -162,8 +165,9 @@ class Interactive:
     base_url: str = "/"
 
     def __post_init__(self) -> None:
-        if self.kind not in INTERACTIVE_KINDS:
-            raise InvalidJobSpec(f"interactive kind must be one of {', '.join(INTERACTIVE_KINDS)}")
+        if self.kind not in (BESIDE, *INTERACTIVE_KINDS):
+            raise InvalidJobSpec(f"interactive kind must be one of {BESIDE}, "
+                                 f"{', '.join(INTERACTIVE_KINDS)}")
         if not 1024 <= self.port <= 65535 or self.idle_seconds < 1:
             raise InvalidJobSpec("interactive port 1024..65535 and idle time at least 1 s")
         _check(BASE_URL, self.base_url, "notebook base URL")

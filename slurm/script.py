@@ -17,7 +17,14 @@ from __future__ import annotations
 import shlex
 from importlib import resources
 
-from divergent.slurm.jobspec import InvalidJobSpec, JobSpec, SlurmSite, check_env_name, job_name
+from divergent.slurm.jobspec import (
+    BESIDE,
+    InvalidJobSpec,
+    JobSpec,
+    SlurmSite,
+    check_env_name,
+    job_name,
+)
 from divergent.terms import format_bytes
 
 
@@ -183,11 +190,19 @@ def run_command(spec: JobSpec) -> str:
     if interactive is None:
         return spec.command
     port = f"export DIV_INTERACTIVE_PORT={interactive.port}; "
+    # The program travels in the environment: ps on the node shows one short line.
+    program = f"export DIV_TERMINAL_PROGRAM={shlex.quote(TERMINAL)}; "
+    terminal = "python3 -I -c 'import os; exec(os.environ.pop(\"DIV_TERMINAL_PROGRAM\"))'"
     if interactive.kind == "shell":
-        # The program travels in the environment: ps on the node shows one short line.
-        return (port + f"export DIV_TERMINAL_PROGRAM={shlex.quote(TERMINAL)}; exec python3 -I -c "
-                "'import os; exec(os.environ.pop(\"DIV_TERMINAL_PROGRAM\"))' "
-                f"{interactive.idle_seconds} {shlex.quote(spec.command)}")
+        return (f"{port}{program}exec {terminal} shell {interactive.idle_seconds} "
+                + shlex.quote(spec.command))
+    if interactive.kind == BESIDE:
+        # On the first node, shells for div shell RUN beside the command,
+        # which then runs as it always does; without a Python, none.
+        return ('if [ "${NODE_RANK:-0}" = 0 ] && command -v python3 >/dev/null; then '
+                f"({port}{program}{terminal} beside {interactive.idle_seconds} bash "
+                "</dev/null >/dev/null 2>&1 &); fi; "
+                f"unset {INTERACTIVE_TOKEN}; exec /bin/bash -c {shlex.quote(spec.command)}")
     # JupyterLab from the image or the node's Python; its files in /tmp, not the workspace.
     return (f'export JUPYTER_TOKEN="${INTERACTIVE_TOKEN}"; unset {INTERACTIVE_TOKEN}; '
             "export JUPYTER_RUNTIME_DIR=/tmp/jupyter IPYTHONDIR=/tmp/ipython; "

@@ -25,6 +25,7 @@ import requests
 from botocore.exceptions import ClientError
 
 from divergent.app.services.files.code import FileEntry, tree_hash
+from divergent.app.services.site.interactive import InteractiveSettings
 from tests.buckets import s3_client
 from tests.conftest import REGISTRY
 from tests.images import push_image
@@ -1284,6 +1285,7 @@ def test_the_server_may_act_as_org_users_with_slurms_commands_alone(slurm_cluste
 
 
 def test_only_the_server_reaches_an_interactive_run_and_only_with_its_token(stack, project):
+    port = InteractiveSettings().port
     """Runs share nodes: a notebook's port is the server's alone to reach
     (the prolog's rules), and even from the server's host Jupyter answers
     nothing without the run's token, which only the server holds."""
@@ -1301,7 +1303,7 @@ def test_only_the_server_reaches_an_interactive_run_and_only_with_its_token(stac
             assert time.monotonic() < deadline, "the notebook never answered through the server"
             time.sleep(1)
         # The server's host reaches the port, but Jupyter wants the run's token.
-        direct = requests.get(f"http://{address}:8888/runs/nb-target/notebook/api/kernelspecs",
+        direct = requests.get(f"http://{address}:{port}/runs/nb-target/notebook/api/kernelspecs",
                               timeout=10, allow_redirects=False)
         assert direct.status_code == 403
         # Another org's key reaches nothing through the server.
@@ -1311,7 +1313,7 @@ def test_only_the_server_reaches_an_interactive_run_and_only_with_its_token(stac
         # notebook's own node) cannot connect to it at all.
         (project / "probe.py").write_text(NETWORK_PROBE)
         done, out, err = _run(stack, project, "--env",
-                              f"TARGETS={json.dumps({'notebook': [address, 8888]})}", "--",
+                              f"TARGETS={json.dumps({'notebook': [address, port]})}", "--",
                               "hostname; python probe.py")
         assert done.returncode == 0, err
         assert json.loads(re.search(r"REACH (.*)", out).group(1))["notebook"] != "open"

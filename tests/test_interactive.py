@@ -164,3 +164,25 @@ def test_the_terminal_tab_runs_a_command_in_the_shell(stack, project, browser):
     finally:
         page.close()
     assert stack.wait_for_status("sh-browser", "succeeded")["kind"] == "shell"
+
+
+def test_a_shell_beside_a_running_batch_run_sees_it_and_leaves_it_running(stack, project):
+    (project / "train.py").write_text(
+        "import time\nopen('progress.txt', 'w').write('step 7')\ntime.sleep(300)\n")
+    started = stack.div("run", "--gpu", "cpu", "-d", "--name", "batch-beside", "--env",
+                        "LR=3e-4", "train.py", cwd=project)
+    assert started.returncode == 0, started.stderr
+    stack.wait_for_status("batch-beside", "running", timeout=60)
+    term = shell(stack, project, "batch-beside")
+    try:
+        term.wait_for("$ ")
+        # The run's files, environment and processes, in its sandbox.
+        term.line("cat progress.txt; echo; echo lr=$LR; pgrep -fc train.py; ls /etc/slurm")
+        screen = term.wait_for("lr=3e-4")
+        assert "step 7" in screen and "No such file" in term.wait_for("No such file")
+        term.line("exit 4")
+        assert term.exit_code() == 4
+    finally:
+        term.close()
+    assert stack.run_json("batch-beside")["status"] == "running"
+    stack.div("stop", "batch-beside", cwd=project)

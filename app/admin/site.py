@@ -291,7 +291,7 @@ def images(mirror, registries, insecure, logins) -> None:
               help="Each node's /16 for its jobs, as JOB_SUBNETS in divergent-node.conf "
                    "(\"node1=10.81 node2=10.82\"); none: no interactive runs.")
 @click.option("--port", type=int, help="The port they serve on in their job's network "
-                                        "(INTERACTIVE_PORT on the nodes; default 8888).")
+                                        "(INTERACTIVE_PORT on the nodes; default 62888).")
 @click.option("--idle-minutes", type=int,
               help="A shell nobody is attached to, or a notebook nobody uses, ends after "
                    "this long (default 15).")

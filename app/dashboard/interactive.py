@@ -23,7 +23,7 @@ from divergent.app.dashboard.auth import login_required
 from divergent.app.extensions import csrf
 from divergent.app.models import LIVE, Run, User
 from divergent.app.services.errors import Forbidden, Unavailable
-from divergent.app.services.runs.interactive import NOTEBOOK, SHELL
+from divergent.app.services.runs.interactive import BATCH, NOTEBOOK, SHELL
 from divergent.app.services.runs.listing import find_run
 from divergent.app.services.site.request_slots import INTERACTIVE, take_slot
 from divergent.app.web.credentials import bearer_key, key_row, signed_in_user
@@ -41,7 +41,7 @@ def _same_origin() -> bool:
     return (parts.scheme, parts.netloc) == (ours.scheme, ours.netloc)
 
 
-def _reached(name: str, kind: str):
+def _reached(name: str, *kinds: str):
     """The view's answer: the run's, or why not."""
     key = bearer_key()
     user: User | None
@@ -60,8 +60,8 @@ def _reached(name: str, kind: str):
             raise Forbidden("this run's pages are opened from this site alone")
     g.user = user
     run: Run = find_run(user.org, name)
-    if run.kind != kind:
-        return error_response(404, f"{name} has no {'notebook' if kind == NOTEBOOK else 'terminal'}")
+    if run.kind not in kinds:
+        return error_response(404, f"{name} has no {'notebook' if NOTEBOOK in kinds else 'terminal'}")
     if key is None and run.user_id != user.id:
         raise Forbidden(f"{name} is {run.user.username}'s: its pages open in its owner's browser "
                         "alone (with an API key, any member of the org reaches it)")
@@ -86,7 +86,8 @@ def notebook(name: str, rest: str):
 @bp.route("/runs/<name>/terminal", methods=["GET"], websocket=True)
 @csrf.exempt
 def terminal(name: str):
-    return _reached(name, SHELL)
+    """A shell run's terminal, or a new shell beside a batch run's command."""
+    return _reached(name, SHELL, BATCH)
 
 
 @bp.get("/runs/<name>/shell")

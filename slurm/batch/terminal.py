@@ -1,18 +1,22 @@
-"""A shell run's one program, inside its sandbox (div shell): the run's
-command on a terminal of its own (a PTY), served as a WebSocket on the
-job's own address, which only the server reaches (the node's prolog), and
-only with the run's token. The standard library alone: it runs on the
-node's Python or the image's.
+"""Terminals inside a run's sandbox, served as WebSockets on the job's own
+address, which only the server reaches (the node's prolog), and only with
+the run's token. The standard library alone: it runs on the node's Python
+or the image's.
+
+Two ways to run (argv: mode, idle seconds, command for bash -c):
+- "shell", a shell run's one program (div shell): the command on one
+  terminal. One client at a time: a new one takes the terminal over and
+  first gets what it showed last, so a dropped connection loses nothing (div
+  shell --attach); with no client for the idle time the command is hung up.
+  The program ends, with the command's exit code, when the command does.
+- "beside", beside a batch run's command on its first node (div shell RUN):
+  each connection gets a shell of its own in the run's sandbox, hung up when
+  the connection ends; the program lasts as long as the run.
 
 Binary messages carry the terminal's bytes both ways; a text message from
 the server resizes it ({"resize": [rows, cols]}); the last one from here
-says how the command ended ({"exit": code}). One client at a time: a new
-one takes the terminal over, and first gets what the terminal showed last,
-so that a dropped connection loses nothing (div shell --attach). With no
-client for the site's idle time, the command is hung up and the run ends.
-
-argv: idle seconds, the command (for bash -c); env: DIV_INTERACTIVE_PORT
-and DIV_INTERACTIVE_TOKEN, neither passed on to the command."""
+says how the command ended ({"exit": code}). env: DIV_INTERACTIVE_PORT and
+DIV_INTERACTIVE_TOKEN, neither passed on to the commands."""
 import base64
 import errno
 import fcntl
@@ -32,6 +36,7 @@ import time
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 SHOWN = 256 * 1024          # what a client that takes over gets first
 MAX_MESSAGE = 1 << 20       # from the server: keystrokes, pastes
+MAX_SESSIONS = 16           # beside a batch run: shells at once
 HANDSHAKE_SECONDS = 5
 SEND_SECONDS = 10
 
@@ -98,15 +103,15 @@ def messages(buf):
             raise ValueError("unmasked or oversized frame")
         if len(buf) < at + 4 + n:
             break
-        data = unmask(buf[at:at + 4], buf[at + 4:at + 4 + n])
-        out.append((b0 & 0x0F, data, bool(b0 & 0x80)))
+        out.append((b0 & 0x0F, unmask(buf[at:at + 4], buf[at + 4:at + 4 + n]), bool(b0 & 0x80)))
         buf = buf[at + 4 + n:]
     return out, buf
 
 
-class Terminal:
-    def __init__(self, idle, command):
-        self.idle = idle
+class Session:
+    """A command on a terminal of its own, and the client that has it."""
+
+    def __init__(self, command):
         self.pid, self.master = pty.fork()
         if self.pid == 0:
             os.execv("/bin/bash", ["bash", "-c", command])
@@ -117,6 +122,7 @@ class Terminal:
         self.inbox = b""
         self.partial = (None, b"")
         self.alone_since = time.monotonic()
+        self.code = None
 
     def take(self, conn):
         if self.client is not None:
@@ -133,6 +139,8 @@ class Terminal:
             self.drop()
 
     def drop(self, code=None, reason=b""):
+        if self.client is None:
+            return
         if code is not None:
             try:
                 self.client.sendall(frame(8, struct.pack("!H", code) + reason))
@@ -206,69 +214,93 @@ class Terminal:
             n = os.write(self.master, self.pending)
         except BlockingIOError:
             return
+        except OSError:
+            self.pending = b""
+            return
         self.pending = self.pending[n:]
 
-    def exit_code(self):
-        """The command's exit code once it has ended, else None."""
+    def ended(self):
+        """Whether the command has ended (its exit code in self.code)."""
         pid, status = os.waitpid(self.pid, os.WNOHANG)
         if pid == 0:
-            return None
+            return False
         code = os.waitstatus_to_exitcode(status)
-        return 128 - code if code < 0 else code
+        self.code = 128 - code if code < 0 else code
+        return True
+
+    def finish(self):
+        """What the command wrote last, its exit code to the client, and the terminal closed."""
+        while self.from_command() and select.select([self.master], [], [], 0.05)[0]:
+            pass
+        self.send(1, json.dumps({"exit": self.code}).encode())
+        self.drop(1000)
+        os.close(self.master)
 
     def hang_up(self):
-        minutes = round(self.idle / 60)
-        sys.stderr.write(f"divergent: no terminal was attached for {minutes} minutes: "
-                         "the shell was hung up\n")
-        sys.stderr.flush()
         try:
             os.killpg(self.pid, signal.SIGHUP)
         except OSError:
             pass
 
 
+def serve(mode, idle, command, listener, token):
+    """Sessions until the shell run's command ends (mode shell), or for as
+    long as the run lasts (beside): the exit code."""
+    sessions = [Session(command)] if mode == "shell" else []
+    hung_up = False
+    while True:
+        readable = [listener]
+        writable = []
+        for s in sessions:
+            readable += [s.master] + ([s.client] if s.client else [])
+            writable += [s.master] if s.pending else []
+        ready, can_write, _ = select.select(readable, writable, [], 1.0)
+        for s in sessions:
+            if s.master in can_write:
+                s.typed()
+            if s.master in ready:
+                s.from_command()
+            if s.client is not None and s.client in ready:
+                s.from_client()
+                if s.client is None and mode == "beside":
+                    s.hang_up()
+        if listener in ready:
+            conn, _ = listener.accept()
+            try:
+                accepted = len(sessions) < MAX_SESSIONS + (mode == "shell") and handshake(conn, token)
+            except OSError:
+                accepted = False
+            if not accepted:
+                conn.close()
+            elif mode == "shell":
+                sessions[0].take(conn)
+            else:
+                sessions.append(Session(command))
+                sessions[-1].take(conn)
+        if mode == "shell":
+            shell = sessions[0]
+            if shell.client is None and not hung_up and time.monotonic() - shell.alone_since > idle:
+                sys.stderr.write(f"divergent: no terminal was attached for {idle / 60:g} minutes: "
+                                 "the shell was hung up\n")
+                sys.stderr.flush()
+                shell.hang_up()
+                hung_up = True
+        for s in [s for s in sessions if s.ended()]:
+            s.finish()
+            if mode == "shell":
+                return s.code
+            sessions.remove(s)
+
+
 def main():
     port = int(os.environ.pop("DIV_INTERACTIVE_PORT"))
     token = os.environ.pop("DIV_INTERACTIVE_TOKEN")
-    idle, command = float(sys.argv[1]), sys.argv[2]
+    mode, idle, command = sys.argv[1], float(sys.argv[2]), sys.argv[3]
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("0.0.0.0", port))
     listener.listen(8)
-    term = Terminal(idle, command)
-    hung_up, code = False, None
-    while code is None:
-        readable = [listener, term.master] + ([term.client] if term.client else [])
-        writable = [term.master] if term.pending else []
-        ready, can_write, _ = select.select(readable, writable, [], 1.0)
-        if term.master in can_write:
-            term.typed()
-        if term.master in ready:
-            term.from_command()
-        if term.client is not None and term.client in ready:
-            term.from_client()
-        if listener in ready:
-            conn, _ = listener.accept()
-            try:
-                accepted = handshake(conn, token)
-            except OSError:
-                accepted = False
-            if accepted:
-                term.take(conn)
-            else:
-                conn.close()
-        if (term.client is None and not hung_up
-                and time.monotonic() - term.alone_since > term.idle):
-            term.hang_up()
-            hung_up = True
-        code = term.exit_code()
-    # What it wrote last (processes it left behind die with the sandbox).
-    while term.from_command() and select.select([term.master], [], [], 0.05)[0]:
-        pass
-    term.send(1, json.dumps({"exit": code}).encode())
-    if term.client is not None:
-        term.drop(1000)
-    sys.exit(code)
+    sys.exit(serve(mode, idle, command, listener, token))
 
 
 main()

@@ -35,7 +35,7 @@ NODE_PARTS=${DIV_DEV_NODE_PARTS:-/usr/local/lib/divergent}
 S3_PORT=${DIV_S3_PORT:-18080}
 PIDS_MAX=${DIV_DEV_PIDS_MAX:-4096}
 # Where interactive runs serve in their jobs' networks (the server's [interactive] port).
-INTERACTIVE_PORT=8888
+INTERACTIVE_PORT=62888
 # Images (runtime pyxis, slurm/dev/containers): the registry on the bridge
 # (and 127.0.0.1, for pushing), its storage, and the nodes' image cache and
 # the user that owns it (slurm/node/image-pull).

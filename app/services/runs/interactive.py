@@ -57,8 +57,16 @@ def check_interactive(kind: str, gpu: str, gpus: int) -> None:
         raise Invalid(f"an interactive run takes one node: at most {gpu_type.per_node} GPUs")
 
 
+def reachable() -> bool:
+    """Whether this site's server reaches runs (it lists the nodes' job subnets)."""
+    return bool(load_site().interactive.job_subnets)
+
+
 def interactive_spec(kind: str, run_name: str) -> Interactive | None:
-    if kind == BATCH:
+    """What serves the run to the server: its terminal, its notebook, or
+    for a batch run shells beside its command (div shell RUN); None on a
+    site whose server does not reach runs."""
+    if not reachable():
         return None
     settings = load_site().interactive
     return Interactive(kind, settings.port, settings.idle_minutes * 60, notebook_path(run_name))
@@ -66,8 +74,17 @@ def interactive_spec(kind: str, run_name: str) -> Interactive | None:
 
 def new_token() -> dict[str, str]:
     """The run's token, among its secrets: sealed with them, masked in its
-    log, and written again for an attempt after a node failure."""
-    return {INTERACTIVE_TOKEN: secrets.token_hex(32)}
+    log, and written again for an attempt after a node failure; none on a
+    site whose server does not reach runs."""
+    return {INTERACTIVE_TOKEN: secrets.token_hex(32)} if reachable() else {}
+
+
+def first_node(nodes: str) -> str:
+    """The first host of Slurm's node list ("gpu-[3-4,7]" -> "gpu-3")."""
+    head, bracket, rest = nodes.partition("[")
+    if not bracket:
+        return head.split(",")[0]
+    return head + rest.split(",")[0].split("-")[0].rstrip("]")
 
 
 @dataclass(frozen=True)
@@ -82,19 +99,20 @@ class Upstream:
 def upstream(run: Run) -> Upstream:
     """The running interactive run's address on its node; NotFound while
     it has none (queued, ended, or not interactive)."""
-    if run.kind == BATCH:
-        raise NotFound(f"{run.name} is a batch run: only div shell and div notebook runs "
-                       "are reached through the server")
     if run.status != "running" or not run.nodes or not run.slurm_job_id:
         raise NotFound(f"{run.name} is {run.status}: not running")
+    if run.sweep_id is not None:
+        raise NotFound(f"{run.name} is a sweep's run: its sweep's job has no shell of its own")
     settings = load_site().interactive
-    job_id = run.slurm_job_id.split("_")[0]
-    address = settings.job_address(run.nodes, int(job_id)) if job_id.isdigit() else None
+    job_id = run.slurm_job_id
+    node = first_node(run.nodes)
+    address = settings.job_address(node, int(job_id)) if job_id.isdigit() else None
     if address is None:
-        raise NotFound(f"{run.name} runs on {run.nodes}, which this site's [interactive] "
+        raise NotFound(f"{run.name} runs on {node}, which this site's [interactive] "
                        "job_subnets do not list")
     values = json.loads(unseal(cast(str, run.secrets_sealed))) if run.secrets_sealed else {}
     token = values.get(INTERACTIVE_TOKEN)
     if not token:
-        raise NotFound(f"{run.name} has no token: it cannot be reached")
+        raise NotFound(f"{run.name} cannot be reached: it started before this site's server "
+                       "reached runs")
     return Upstream(address, settings.port, token)

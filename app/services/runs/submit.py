@@ -47,7 +47,7 @@ from divergent.app.services.files.volumes import (
 from divergent.app.services.money.catalog import catalog
 from divergent.app.services.rows import add_unique
 from divergent.app.services.runs.images import RunImage, run_image, write_registry_login
-from divergent.app.services.runs.interactive import BATCH, interactive_spec, new_token
+from divergent.app.services.runs.interactive import interactive_spec, new_token
 from divergent.app.services.runs.names import insert_run, run_for_request_key
 from divergent.app.services.runs.refusals import refused_by_slurm
 from divergent.app.services.runs.request import RunRequest, transfer_request
@@ -64,7 +64,9 @@ from divergent.slurm.script import render_batch_script
 def job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,
                code_dir: str | None, image: RunImage | None, state_dir: str | None = None,
                array: tuple[ArrayMember, ...] = ()) -> str:
-    """The batch script of a run, or (with `array`) of a sweep's runs."""
+    """The batch script of a run, or (with `array`) of a sweep's runs,
+    which have no shells beside them (one job, a token for each)."""
+    interactive = None if array else interactive_spec(req.kind, name)
     try:
         return render_batch_script(JobSpec(
             run_name=name, account=org.slurm_account, gpu_type=req.gpu, gpus=req.gpus,
@@ -73,11 +75,11 @@ def job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,
             project=req.project, array=array,
             image=req.image, time_limit_minutes=sizing.minutes, env=req.env,
             code_dir=code_dir, trees_dir=trees_dir(org),
-            has_secrets=bool(req.secrets) or req.kind != BATCH,
+            has_secrets=bool(req.secrets) or interactive is not None,
             after_jobs=tuple(req.after_jobs),
             image_source=image.source if image else None, image_size=image.size if image else 0,
             image_private=bool(image and image.login),
-            interactive=interactive_spec(req.kind, name)),
+            interactive=interactive),
             slurm_site())
     except InvalidJobSpec as exc:
         raise Invalid(str(exc)) from None
@@ -201,8 +203,6 @@ def prepare(user: User, req: RunRequest) -> tuple[str | None, dict[str, str], in
     for volume in volumes_in_command(req.command) if req.volumes is None else req.volumes:
         ensure_volume(org, volume)
     secret_values = values_for_run(org, req.secrets)
-    if req.kind != BATCH:
-        secret_values |= new_token()
     project_id = _project(org, req.project).id
     return code_dir, secret_values, project_id, unix_user
 
@@ -245,6 +245,7 @@ def create_run(user: User, req: RunRequest, request_key: str | None = None,
     sizing = size_run(org, req)
     image = run_image(org, req.image)
     code_dir, secret_values, project_id, unix_user = prepare(user, req)
+    secret_values |= new_token()        # the server's way in (app/services/runs/interactive.py)
     sizing = sized_under_lock(org, req, sizing)
     run = new_run(user, req, sizing, project_id, secret_values, request_key,
                   schedule_name=schedule_name, unix_user=unix_user)
