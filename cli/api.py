@@ -104,7 +104,8 @@ class ApiClient:
         # is not UTF-8 arrives here in PEP 383's form and leaves as its bytes.
         query = {key: value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
                  for key, value in (params or {}).items()}
-        target = (self._base if base is None else base) + quote(path, safe="/") + (f"?{urlencode(query)}" if query else "")
+        target = ((self._base if base is None else base) + quote(path, safe="/")
+                  + (f"?{urlencode(query)}" if query else ""))
         for attempt in range(2):
             conn = self.new_connection() if fresh else getattr(self._local, "conn", None)
             reused = conn is not None and not fresh

@@ -25,6 +25,6 @@ def cli() -> None:
 
 storage.add_command(import_)
 storage.add_command(export)
-for command in (run, shell, notebook, rerun, logs, stop, ls, open_, login, whoami, keys, secrets, schedule, notify, sweep,
-                storage, usage):
+for command in (run, shell, notebook, rerun, logs, stop, ls, open_, login, whoami, keys, secrets,
+                schedule, notify, sweep, storage, usage):
     cli.add_command(command)

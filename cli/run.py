@@ -3,12 +3,13 @@ the two header lines, follow the log, print the last line and exit with the
 code the docs' table gives."""
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -75,8 +76,11 @@ def _callback(parse: Callable[..., object],
     return callback
 
 
-def _options(*options: Callable) -> Callable:
-    def apply(command: Callable) -> Callable:
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _options(*options: Callable[[F], F]) -> Callable[[F], F]:
+    def apply(command: F) -> F:
         for option in reversed(options):
             command = option(command)
         return command
@@ -235,7 +239,7 @@ def run_request(api: ApiClient, params: dict[str, Any], after_dashes: bool,
             "telemetry": telemetry.read_text() if telemetry else None,
             "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f"),
             "sweep": params["sweep"] or None, "kind": kind}
-    paths = [] if no_upload else list_files(root)
+    paths: dict[str, os.stat_result] = {} if no_upload else list_files(root)
     # A shell or notebook in an empty folder has nothing to upload, and that is fine.
     no_upload = no_upload or (interactive and not paths)
     if not no_upload:

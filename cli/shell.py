@@ -4,12 +4,14 @@ terminal in the run's sandbox on its node, or JupyterLab at the run's URL.
 Billed per minute like any run; a shell ends when its command does."""
 from __future__ import annotations
 
+import socket
 import sys
 import time
 import webbrowser
 from typing import Any
 
 import click
+from wsproto import WSConnection
 
 from divergent.cli.api import ApiClient, ApiError
 from divergent.cli.context import fail, pass_api
@@ -32,14 +34,15 @@ def _started(api: ApiClient, kind: str, flags: dict[str, Any]) -> dict[str, Any]
                        lambda request: check_first(api, "/runs/check", request), kind=kind)
     created = start(api, "/runs", body)
     click.echo(created["header"], err=True)
-    return created["run"]
+    run: dict[str, Any] = created["run"]
+    return run
 
 
 def _until_running(api: ApiClient, name: str) -> dict[str, Any]:
     """The run once it runs; its waiting reasons said as they change."""
     said = None
     while True:
-        run = api.get(f"/runs/{name}")["run"]
+        run: dict[str, Any] = api.get(f"/runs/{name}")["run"]
         if run["status"] != "queued":
             return run
         if run.get("waiting") and run["waiting"] != said:
@@ -102,7 +105,7 @@ def shell(api: ApiClient, attach: str | None, **flags: Any) -> None:
     _ended(api, name)
 
 
-def _connected(api: ApiClient, name: str):
+def _connected(api: ApiClient, name: str) -> tuple[socket.socket, WSConnection]:
     deadline = time.monotonic() + ANSWER_SECONDS
     while True:
         try:

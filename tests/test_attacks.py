@@ -678,7 +678,9 @@ except OSError as exc:
 
 def test_a_runs_processes_are_bounded_on_each_node(sandbox_stack, project):
     (project / "forks.py").write_text(FORK_BOMB)
-    done, out, err = _run(sandbox_stack, project, "forks.py")
+    # Memory enough for 4096 processes (about 0.5 MB each on this kernel):
+    # the pids limit, not the memory limit, is what stops it.
+    done, out, err = _run(sandbox_stack, project, "--memory", "8", "forks.py")
     assert done.returncode == 0, err
     stopped = re.search(r"STOPPED (\d+) BlockingIOError", out)
     assert stopped and int(stopped.group(1)) < 4096, out    # the job's pids cgroup (PIDS_MAX)

@@ -14,12 +14,12 @@ from divergent.app.services.cluster.capacity import cluster_nodes
 from divergent.app.services.cluster.catalog_from_slurm import propose
 from divergent.app.services.errors import Invalid
 from divergent.app.services.images.site import ImageSettingsError, image_settings
+from divergent.app.services.money.pricing import PriceTable, change_prices, current_prices, micros, usd_text
 from divergent.app.services.site.interactive import (
     InteractiveSettingsError,
     interactive_settings,
     parse_subnets,
 )
-from divergent.app.services.money.pricing import PriceTable, change_prices, current_prices, micros, usd_text
 from divergent.app.services.site.settings import (
     SUBMIT_AS,
     TRANSPORTS,

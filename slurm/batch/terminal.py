@@ -17,6 +17,8 @@ Binary messages carry the terminal's bytes both ways; a text message from
 the server resizes it ({"resize": [rows, cols]}); the last one from here
 says how the command ended ({"exit": code}). env: DIV_INTERACTIVE_PORT and
 DIV_INTERACTIVE_TOKEN, neither passed on to the commands."""
+from __future__ import annotations
+
 import base64
 import errno
 import fcntl
@@ -41,7 +43,7 @@ HANDSHAKE_SECONDS = 5
 SEND_SECONDS = 10
 
 
-def handshake(conn, token):
+def handshake(conn: socket.socket, token: str) -> bool:
     """The server's upgrade request, checked; True when the 101 went out."""
     conn.settimeout(HANDSHAKE_SECONDS)
     head = b""
@@ -51,7 +53,7 @@ def handshake(conn, token):
             return False
         head += chunk
     lines = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
-    headers = {}
+    headers: dict[str, str] = {}
     for line in lines[1:]:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
@@ -67,7 +69,7 @@ def handshake(conn, token):
     return True
 
 
-def frame(opcode, payload):
+def frame(opcode: int, payload: bytes) -> bytes:
     n = len(payload)
     if n < 126:
         head = struct.pack("!BB", 0x80 | opcode, n)
@@ -78,13 +80,13 @@ def frame(opcode, payload):
     return head + payload
 
 
-def unmask(mask, payload):
+def unmask(mask: bytes, payload: bytes) -> bytes:
     n = len(payload)
     key = (mask * (n // 4 + 1))[:n]
     return (int.from_bytes(payload, "big") ^ int.from_bytes(key, "big")).to_bytes(n, "big")
 
 
-def messages(buf):
+def messages(buf: bytes) -> tuple[list[tuple[int, bytes, bool]], bytes]:
     """Whole frames off the front of buf: (opcode, payload, fin) each, and
     what is left; ValueError for a frame no client sends."""
     out = []
@@ -111,26 +113,26 @@ def messages(buf):
 class Session:
     """A command on a terminal of its own, and the client that has it."""
 
-    def __init__(self, command):
+    def __init__(self, command: str) -> None:
         self.pid, self.master = pty.fork()
         if self.pid == 0:
             os.execv("/bin/bash", ["bash", "-c", command])
         os.set_blocking(self.master, False)
         self.shown = b""
         self.pending = b""       # typed, not yet taken by the terminal
-        self.client = None
+        self.client: socket.socket | None = None
         self.inbox = b""
-        self.partial = (None, b"")
+        self.partial: tuple[int | None, bytes] = (None, b"")
         self.alone_since = time.monotonic()
-        self.code = None
+        self.code: int | None = None
 
-    def take(self, conn):
+    def take(self, conn: socket.socket) -> None:
         if self.client is not None:
             self.drop(1008, b"taken over by another connection")
         self.client, self.inbox, self.partial = conn, b"", (None, b"")
         self.send(2, self.shown)
 
-    def send(self, opcode, payload):
+    def send(self, opcode: int, payload: bytes) -> None:
         if self.client is None:
             return
         try:
@@ -138,7 +140,7 @@ class Session:
         except OSError:
             self.drop()
 
-    def drop(self, code=None, reason=b""):
+    def drop(self, code: int | None = None, reason: bytes = b"") -> None:
         if self.client is None:
             return
         if code is not None:
@@ -150,7 +152,9 @@ class Session:
         self.client = None
         self.alone_since = time.monotonic()
 
-    def from_client(self):
+    def from_client(self) -> None:
+        if self.client is None:
+            return
         try:
             data = self.client.recv(65536)
         except OSError:
@@ -168,10 +172,10 @@ class Session:
             if self.client is None:
                 return
 
-    def message(self, opcode, payload, fin):
+    def message(self, opcode: int, payload: bytes, fin: bool) -> None:
         first, held = self.partial
         if opcode == 0:
-            opcode, payload = first, held + payload
+            opcode, payload = first or 0, held + payload
         if opcode in (1, 2) and not fin:
             self.partial = (opcode, payload if len(payload) <= MAX_MESSAGE else b"")
             return
@@ -185,7 +189,7 @@ class Session:
         elif opcode == 8:
             self.drop(1000)
 
-    def control(self, payload):
+    def control(self, payload: bytes) -> None:
         try:
             rows, cols = json.loads(payload)["resize"]
             size = struct.pack("HHHH", int(rows), int(cols), 0, 0)
@@ -193,7 +197,7 @@ class Session:
         except (ValueError, KeyError, TypeError, OverflowError, struct.error, OSError):
             pass
 
-    def from_command(self):
+    def from_command(self) -> bool:
         """False when the terminal has nothing more to give now."""
         try:
             data = os.read(self.master, 65536)
@@ -209,7 +213,7 @@ class Session:
         self.send(2, data)
         return True
 
-    def typed(self):
+    def typed(self) -> None:
         try:
             n = os.write(self.master, self.pending)
         except BlockingIOError:
@@ -219,7 +223,7 @@ class Session:
             return
         self.pending = self.pending[n:]
 
-    def ended(self):
+    def ended(self) -> bool:
         """Whether the command has ended (its exit code in self.code)."""
         pid, status = os.waitpid(self.pid, os.WNOHANG)
         if pid == 0:
@@ -228,7 +232,7 @@ class Session:
         self.code = 128 - code if code < 0 else code
         return True
 
-    def finish(self):
+    def finish(self) -> None:
         """What the command wrote last, its exit code to the client, and the terminal closed."""
         while self.from_command() and select.select([self.master], [], [], 0.05)[0]:
             pass
@@ -236,21 +240,22 @@ class Session:
         self.drop(1000)
         os.close(self.master)
 
-    def hang_up(self):
+    def hang_up(self) -> None:
         try:
             os.killpg(self.pid, signal.SIGHUP)
         except OSError:
             pass
 
 
-def serve(mode, idle, command, listener, token):
+def serve(mode: str, idle: float, command: str, listener: socket.socket,
+          token: str) -> int | None:
     """Sessions until the shell run's command ends (mode shell), or for as
     long as the run lasts (beside): the exit code."""
     sessions = [Session(command)] if mode == "shell" else []
     hung_up = False
     while True:
-        readable = [listener]
-        writable = []
+        readable: list[socket.socket | int] = [listener]
+        writable: list[int] = []
         for s in sessions:
             readable += [s.master] + ([s.client] if s.client else [])
             writable += [s.master] if s.pending else []
@@ -292,7 +297,7 @@ def serve(mode, idle, command, listener, token):
             sessions.remove(s)
 
 
-def main():
+def main() -> None:
     port = int(os.environ.pop("DIV_INTERACTIVE_PORT"))
     token = os.environ.pop("DIV_INTERACTIVE_TOKEN")
     mode, idle, command = sys.argv[1], float(sys.argv[2]), sys.argv[3]

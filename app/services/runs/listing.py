@@ -16,8 +16,8 @@ from divergent.app.services.errors import (
     ServiceError,
 )
 from divergent.app.services.money.pricing import usd_text
-from divergent.app.services.runs.text import hardware, waiting_text
 from divergent.app.services.runs.interactive import NOTEBOOK, notebook_path
+from divergent.app.services.runs.text import hardware, waiting_text
 from divergent.app.services.site.slurm_access import slurm_site
 
 
