@@ -8,17 +8,18 @@ import socket
 import sys
 import time
 import webbrowser
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from wsproto import WSConnection
 
 from divergent.cli.api import ApiClient, ApiError
 from divergent.cli.context import fail, pass_api
 from divergent.cli.follow import follow
 from divergent.cli.output import exit_code_for, print_json
 from divergent.cli.run import CODE_OPTIONS, RUN_OPTIONS, RunCommand, check_first, run_request, start
-from divergent.cli.terminal import Dropped, open_terminal, session
+
+if TYPE_CHECKING:
+    from wsproto import WSConnection
 
 POLL_SECONDS = 0.2
 # How long a started run's program may take to listen (Jupyter: seconds).
@@ -90,6 +91,8 @@ def shell(api: ApiClient, attach: str | None, **flags: Any) -> None:
         if run["kind"] == "batch":
             fail(f"{name} is {run['status']}: a shell goes beside a running run", 1)
         _ended(api, name)
+    # wsproto is imported by div shell alone: every other command starts without it.
+    from divergent.cli.terminal import Dropped, session
     sock, ws = _connected(api, name)
     try:
         code = session(sock, ws)
@@ -106,6 +109,7 @@ def shell(api: ApiClient, attach: str | None, **flags: Any) -> None:
 
 
 def _connected(api: ApiClient, name: str) -> tuple[socket.socket, WSConnection]:
+    from divergent.cli.terminal import open_terminal
     deadline = time.monotonic() + ANSWER_SECONDS
     while True:
         try:

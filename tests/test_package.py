@@ -1,6 +1,7 @@
 """The package as it installs: one importable name (divergent), the server's
 templates, static files and migrations inside it, and a bare install that
-is the `div` CLI alone, with none of the server's dependencies."""
+is the `div` CLI alone, with none of the server's dependencies (div run
+starts with click alone; div shell needs wsproto)."""
 from __future__ import annotations
 
 import shutil
@@ -37,12 +38,13 @@ def test_everything_installs_under_divergent_with_the_servers_files(wheel):
     assert not any(name.startswith(("divergent/tests", "tests/", "bench/")) for name in names)
 
 
-def test_the_bare_install_needs_click_alone_and_the_server_is_an_extra(wheel):
+def test_the_bare_install_needs_click_and_wsproto_alone_and_the_server_is_an_extra(wheel):
     metadata = zipfile.ZipFile(wheel).read(
         next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("METADATA"))).decode()
     requires = [line.split(": ", 1)[1] for line in metadata.splitlines()
                 if line.startswith("Requires-Dist: ")]
-    assert [r for r in requires if "extra ==" not in r] == ["click<9,>=8.1"]
+    # wsproto for div shell's terminal, imported by that command alone.
+    assert [r for r in requires if "extra ==" not in r] == ["click<9,>=8.1", "wsproto<2,>=1.2"]
     assert any(r.startswith("flask") and 'extra == "server"' in r for r in requires)
 
 
