@@ -17,6 +17,8 @@ import pytest
 from tests.buckets import new_bucket, put_objects, s3_client
 from tests.conftest import DEV_STATE, IMAGE, PRIVATE_REGISTRY, REGISTRY, S3_SECRETS
 from tests.images import manifest_digest
+from tests.interactive import Tmux
+from tests.stack import VENV_BIN
 from tests.test_distributed import ALL_REDUCE, worlds
 
 IMAGE_CACHE = DEV_STATE / "images"
@@ -221,3 +223,20 @@ def test_the_doctor_checks_the_runtime_on_a_node_of_each_partition(pyxis_stack):
     line = next(line for line in sick.stdout.splitlines() if " runtime: " in line)
     assert line.startswith("BAD runtime: apptainer is not ready on partition ") and \
         "apptainer" in line.split(": ", 2)[2], sick.stdout
+
+
+def test_a_shell_runs_in_the_image_and_its_exit_ends_the_run(pyxis_stack, project):
+    """div shell on a site whose runtime is pyxis: the terminal program on
+    the image's Python, the shell in the image."""
+    term = Tmux([str(VENV_BIN / "div"), "shell", "--gpu", "cpu", "--image", IMAGE, "--name",
+                 "img-shell"], project, pyxis_stack.div_env())
+    try:
+        term.wait_for("$ ", timeout=120)
+        term.line("test -e /usr/lib/python3/dist-packages/numpy && echo numpy-$((1 + 1))")
+        term.wait_for("numpy-2")
+        term.line("ls /etc/slurm; exit 5")
+        assert term.exit_code(timeout=60) == 5
+    finally:
+        term.close()
+    run = pyxis_stack.wait_for_status("img-shell", "failed")
+    assert (run["kind"], run["exit_code"]) == ("shell", 5)
