@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 POLL_SECONDS = 0.2
 # How long a started run's program may take to listen (Jupyter: seconds).
 ANSWER_SECONDS = 120
-# What the server says while the run's program is not there yet.
-NOT_YET = (404, 502, 503)
+# What the server says while the run's program is not there yet, or while the
+# org holds as many terminals as it may (429).
+NOT_YET = (404, 429, 502, 503)
 LIVE = ("queued", "running")
 
 

@@ -34,6 +34,7 @@ from divergent.cli.api import ApiClient, ApiError, ApiUnreachable
 
 CHUNK = 65536
 HANDSHAKE_SECONDS = 30
+KEEPALIVE_SECONDS = 30
 
 
 class Dropped(Exception):
@@ -113,7 +114,9 @@ def session(sock: socket.socket, ws: WSConnection) -> int:
         with raw_terminal():
             reading = [sock, wake_r, stdin]
             while True:
-                ready, _, _ = select.select(reading, [], [])
+                ready, _, _ = select.select(reading, [], [], KEEPALIVE_SECONDS)
+                if not ready:       # a quiet terminal: proxies on the way keep it open
+                    sock.sendall(ws.send(Ping()))
                 if wake_r in ready:
                     os.read(wake_r, 64)
                     sock.sendall(_resize(ws))

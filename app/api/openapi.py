@@ -8,6 +8,7 @@ from flask import jsonify
 
 from divergent.app.api import bp
 from divergent.app.models import RUN_STATUSES
+from divergent.app.services.runs.interactive import KINDS
 
 STRING, INTEGER, BOOLEAN = {"type": "string"}, {"type": "integer"}, {"type": "boolean"}
 OBJECT = {"type": "object"}
@@ -34,7 +35,8 @@ def ref(name: str) -> dict:
 DOLLARS = {"type": "string", "pattern": r"^\d+(\.\d+)?$", "description": "US dollars"}
 RUN = obj(
     name=STRING, project=STRING, user=STRING, status={"enum": list(RUN_STATUSES)},
-    exit_code=nullable(INTEGER), waiting=nullable(STRING), gpu=STRING, gpus=INTEGER,
+    kind={"enum": list(KINDS)}, url=nullable(STRING), exit_code=nullable(INTEGER),
+    waiting=nullable(STRING), gpu=STRING, gpus=INTEGER,
     cpu=INTEGER, memory=INTEGER, image=STRING, command=STRING,
     env={"type": "object", "additionalProperties": STRING}, secrets=array(STRING),
     code=nullable(STRING), created_at=TIME, started_at=nullable(TIME), ended_at=nullable(TIME),
@@ -49,7 +51,9 @@ RUN_REQUEST: dict = {"type": "object", "required": ["command"], "properties": {
     "cpu": nullable(INTEGER), "memory": nullable(INTEGER), "max_spend": nullable(STRING),
     "name": nullable(STRING), "image": STRING, "env": {"type": "object", "additionalProperties": STRING},
     "secrets": array(STRING), "checks": array(STRING), "telemetry": nullable(STRING),
-    "code": nullable(STRING), "mounts": array(STRING)}}
+    "code": nullable(STRING), "mounts": array(STRING),
+    "kind": {"enum": list(KINDS), "description": "batch (div run), shell (div shell) or "
+             "notebook (div notebook)"}}}
 SWEEP_REQUEST = {**RUN_REQUEST, "required": ["command", "sweep"], "properties": {
     **RUN_REQUEST["properties"], "sweep": {"type": "object", "additionalProperties": array(STRING)}}}
 TRANSFER_REQUEST = obj(direction={"enum": ["import", "export"]}, volume=STRING, url=STRING) | {
