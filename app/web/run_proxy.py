@@ -21,6 +21,7 @@ import select
 import socket
 import time
 from collections.abc import Callable, Iterator
+from urllib.parse import quote
 
 from flask import Response, request, stream_with_context
 
@@ -55,8 +56,11 @@ def _headers_for(up: Upstream) -> list[tuple[str, str]]:
 
 
 def _target() -> str:
+    """The path as the client sent it (Jupyter's %2F in a file's name stays
+    one), never an absolute URI's host."""
     query = request.query_string.decode("latin-1")
-    path = request.environ.get("RAW_URI", "").split("?", 1)[0] or request.path
+    raw = request.environ.get("RAW_URI", "").split("?", 1)[0]
+    path = raw if raw.startswith("/") and not raw.startswith("//") else quote(request.path)
     return path + (f"?{query}" if query else "")
 
 
@@ -87,27 +91,31 @@ def proxy(run: Run, give_back: Callable[[], None]) -> Response:
         raise
 
 
-def _body() -> bytes:
+def _body_length() -> int:
     length = request.content_length
     if length is None:
         if request.headers.get("Transfer-Encoding"):
             raise Invalid("send a body with Content-Length")
-        return b""
+        return 0
     if length > MAX_BODY:
         raise Invalid(f"a request to a run may carry at most {MAX_BODY >> 20} MiB")
-    return request.get_data(cache=False)
+    return length
 
 
 def _forward(up: Upstream, give_back: Callable[[], None]) -> Response:
-    body = _body()
-    conn = http.client.HTTPConnection(up.address, up.port, timeout=ANSWER_SECONDS)
+    length = _body_length()
+    conn = http.client.HTTPConnection(up.address, up.port, timeout=ANSWER_SECONDS,
+                                      blocksize=CHUNK)
     try:
         conn.sock = _connect(up)
         conn.putrequest(request.method, _target(), skip_host=True, skip_accept_encoding=True)
         for name, value in _headers_for(up):
             conn.putheader(name, value)
-        conn.putheader("Content-Length", str(len(body)))
-        conn.endheaders(body)
+        conn.putheader("Content-Length", str(length))
+        conn.endheaders()
+        if length:
+            # Passed on as it arrives, a chunk at a time: never held whole.
+            conn.send(request.stream)
         answer = conn.getresponse()
     except (OSError, http.client.HTTPException) as exc:
         conn.close()
