@@ -1321,3 +1321,73 @@ def test_only_the_server_reaches_an_interactive_run_and_only_with_its_token(stac
         assert json.loads(re.search(r"REACH (.*)", out).group(1))["notebook"] != "open"
     finally:
         stack.div("stop", "nb-target", cwd=project, org="other")
+
+
+# A batch run that puts its own program on its interactive port in place of
+# the terminal beside it: its 101 tries to set a cookie on the dashboard
+# (a bare LF before the header), then it floods whoever connects.
+FAKE_TERMINAL = """
+import os, socket, subprocess, time
+while True:     # the terminal beside it starts as it does: until the port is ours
+    subprocess.run(["pkill", "-f", "environ.pop"])
+    try:
+        server = socket.create_server(("0.0.0.0", int(os.environ["PORT"])))
+        break
+    except OSError:
+        time.sleep(0.2)
+print("LISTENING", flush=True)
+while True:
+    conn, _ = server.accept()
+    if os.fork() == 0:
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\n"
+                     b"Set-Cookie: session=planted; Path=/\\r\\nConnection: Upgrade\\r\\n\\r\\n")
+        while True:
+            conn.sendall(b"\\x82\\x7e\\xff\\xff" + b"x" * 65535)
+"""
+
+
+def _raw_terminal(stack, name: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", stack.port), timeout=30)
+    sock.sendall((f"GET /runs/{name}/terminal HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  f"Authorization: Bearer {stack.tokens['e2e']}\r\nUpgrade: websocket\r\n"
+                  "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").encode())
+    return sock
+
+
+def test_a_run_on_its_own_port_sets_no_cookie_and_holds_no_thread_past_its_end(stack, project):
+    (project / "fake.py").write_text(FAKE_TERMINAL)
+    port = InteractiveSettings().port
+    started = stack.div("run", "--gpu", "cpu", "-d", "--name", "fake-terminal", "--env",
+                        f"PORT={port}", "fake.py", cwd=project)
+    assert started.returncode == 0, started.stderr
+    stack.wait_for_status("fake-terminal", "running", timeout=60)
+    deadline = time.monotonic() + 60
+    while "LISTENING" not in stack.div("logs", "fake-terminal", cwd=project).stdout.decode():
+        assert time.monotonic() < deadline, "the run's own program never listened"
+        time.sleep(0.5)
+    head = _raw_terminal(stack, "fake-terminal")
+    answer = head.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 101") and b"set-cookie" not in answer.lower(), answer
+    head.close()
+    # Clients that never read what the run floods them with: the run's end
+    # lets their connections, threads and slots go.
+    stalled = [_raw_terminal(stack, "fake-terminal") for _ in range(4)]
+    time.sleep(2)
+    assert stack.div("stop", "fake-terminal", cwd=project).returncode == 0
+    peers = {f"127.0.0.1:{stack.port} 127.0.0.1:{sock.getsockname()[1]} " for sock in stalled}
+    deadline = time.monotonic() + 30
+    while True:
+        # The server's ends closed (their FIN waits behind what was never
+        # read): no process of the server's holds them any more.
+        held = [line for line in subprocess.run(["ss", "-Htnp"], capture_output=True,
+                                                text=True).stdout.splitlines()
+                if any(peer in " ".join(line.split()) + " " for peer in peers)
+                and "gunicorn" in line]
+        if not held:
+            break
+        assert time.monotonic() < deadline, f"still held by the server: {held}"
+        time.sleep(0.5)
+    for sock in stalled:
+        sock.close()

@@ -169,3 +169,12 @@ def test_frames_no_client_sends_end_that_connection_alone(serve):
     huge.until_closed()
     assert process.poll() is None
     Client(port).answers()
+
+
+def test_a_control_message_of_any_shape_is_ignored(serve):
+    port, process = serve("shell")
+    client = Client(port)
+    for text in ("[" * 200_000, '{"resize": "x"}', "null", '{"resize": [1e400, -1]}'):
+        client.sock.sendall(client.ws.send(TextMessage(text)))
+    client.answers()
+    assert process.poll() is None

@@ -16,6 +16,7 @@ running; each holds an interactive slot of its org's
 (app/services/site/request_slots.py), as every proxied request does."""
 from __future__ import annotations
 
+import contextlib
 import http.client
 import select
 import socket
@@ -38,15 +39,19 @@ ANSWER_SECONDS = 60
 HEAD_LIMIT = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
 CHUNK = 64 * 1024
-# How often a spliced connection asks whether its run still runs.
+# How often a spliced connection asks whether its run still runs; how much
+# it holds for a side that is slow to take it, and for how long.
 LIVE_CHECK_SECONDS = 10
+HELD = 1 << 20
+STALL_SECONDS = 60
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
               "trailer", "transfer-encoding", "upgrade", "content-length"}
 # Never passed on: this site's credentials, and what would name a run's
 # origin other than the browser's.
 DROPPED_REQUEST = {*HOP_BY_HOP, "cookie", "authorization", "x-divergent-token", "forwarded",
                    "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip"}
-DROPPED_ANSWER = {*HOP_BY_HOP, "set-cookie"}
+# A run sets no cookie of this site's and no service worker over its pages.
+DROPPED_ANSWER = {*HOP_BY_HOP, "set-cookie", "service-worker-allowed"}
 
 
 def _headers_for(up: Upstream) -> list[tuple[str, str]]:
@@ -151,8 +156,7 @@ def _splice(run: Run, up: Upstream, give_back: Callable[[], None]) -> Response:
         raise Unavailable(f"the run did not answer: {exc}") from None
     if not answer.startswith(b"HTTP/1.1 101"):
         sock.close()
-        status = answer.split(b"\r\n", 1)[0].decode("latin-1", "replace")
-        raise Unavailable(f"the run refused the connection ({status})")
+        raise Unavailable(f"the run refused the connection ({answer[:80].decode('latin-1')!r})")
     request.environ[SPLICED] = True
     try:
         client.sendall(answer)
@@ -165,8 +169,15 @@ def _splice(run: Run, up: Upstream, give_back: Callable[[], None]) -> Response:
     return Response(status=101)
 
 
+# What a run's 101 may say to the browser: the upgrade itself, nothing else
+# (never a cookie, however the run spells its lines).
+UPGRADE_HEADERS = ("upgrade", "connection", "sec-websocket-accept", "sec-websocket-protocol",
+                   "sec-websocket-extensions")
+
+
 def _answer_head(sock: socket.socket) -> bytes:
-    """The run's answer to the upgrade, and any bytes after it."""
+    """The run's answer to the upgrade, made again from the headers an
+    upgrade needs, and any bytes after it."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(CHUNK)
@@ -174,24 +185,45 @@ def _answer_head(sock: socket.socket) -> bytes:
             raise OSError("no answer")
         data += chunk
     head, rest = data.split(b"\r\n\r\n", 1)
-    lines = [line for line in head.split(b"\r\n")
-             if line.split(b":", 1)[0].strip().lower() != b"set-cookie"]
-    return b"\r\n".join(lines) + b"\r\n\r\n" + rest
+    status, *lines = head.decode("latin-1").replace("\r", "").split("\n")
+    if not status.startswith("HTTP/1.1 101 "):
+        return status.encode("latin-1")
+    kept = [f"{name.strip()}: {value.strip()}" for name, _, value in
+            (line.partition(":") for line in lines)
+            if name.strip().lower() in UPGRADE_HEADERS and value.isprintable()]
+    return "\r\n".join(["HTTP/1.1 101 Switching Protocols", *kept, "", ""]).encode("latin-1") + rest
 
 
 def _relay(client: socket.socket, run_sock: socket.socket, run_id: int) -> None:
-    """Bytes both ways until either side closes or the run ends."""
-    peers = {client: run_sock, run_sock: client}
-    checked = time.monotonic()
+    """Bytes both ways until either side closes, the run ends, or a side
+    takes nothing for STALL_SECONDS. Never blocked on one side: each
+    direction holds at most HELD bytes, and a full one stops reading."""
+    other = {client: run_sock, run_sock: client}
+    held = {client: b"", run_sock: b""}          # bytes waiting to be written to that socket
+    for sock in other:
+        sock.setblocking(False)
+    checked = progressed = time.monotonic()
     while True:
-        ready, _, _ = select.select(list(peers), [], [], LIVE_CHECK_SECONDS)
-        for sock in ready:
+        reading = [s for s in other if len(held[other[s]]) < HELD]
+        writing = [s for s in other if held[s]]
+        readable, writable, _ = select.select(reading, writing, [], LIVE_CHECK_SECONDS)
+        now = time.monotonic()
+        for sock in writable:
+            with contextlib.suppress(BlockingIOError):
+                sent = sock.send(held[sock])
+                held[sock] = held[sock][sent:]
+                progressed = now
+        for sock in readable:
             data = sock.recv(CHUNK)
             if not data:
                 return
-            peers[sock].sendall(data)
-        if time.monotonic() - checked >= LIVE_CHECK_SECONDS:
-            checked = time.monotonic()
+            held[other[sock]] += data
+        if readable:
+            progressed = now
+        if any(held.values()) and now - progressed > STALL_SECONDS:
+            return
+        if now - checked >= LIVE_CHECK_SECONDS:
+            checked = now
             if not _still_running(run_id):
                 return
 
