@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from divergent.cli.api import ApiClient, ApiError
+from divergent.cli.api import ApiClient, ApiError, ApiUnreachable
 from divergent.cli.context import fail, pass_api
 from divergent.cli.follow import follow
 from divergent.cli.output import exit_code_for, print_json
@@ -90,13 +90,17 @@ def shell(api: ApiClient, attach: str | None, **flags: Any) -> None:
         fail(f"{name} is a notebook: open {api.page_url(run['url'])}", 2)
     if run["status"] != "running":
         if run["kind"] == "batch":
-            fail(f"{name} is {run['status']}: a shell goes beside a running run", 1)
+            fail(f"{name} has ended ({run['status']}): a shell goes beside a running run", 1)
+        if attach:
+            click.echo(f"{name} has ended:", err=True)
         _ended(api, name)
     # wsproto is imported by div shell alone: every other command starts without it.
-    from divergent.cli.terminal import Dropped, session
+    from divergent.cli.terminal import Dropped, TakenOver, session
     sock, ws = _connected(api, name)
     try:
         code = session(sock, ws)
+    except TakenOver:
+        fail(f"\r\ndivergent: another connection took {name}'s shell over", 255)
     except Dropped:
         if run["kind"] == "batch":
             fail(f"\r\ndivergent: the connection to {name} was lost, and its shell with it", 255)
@@ -127,7 +131,8 @@ def _connected(api: ApiClient, name: str) -> tuple[socket.socket, WSConnection]:
 @RUN_OPTIONS
 @CODE_OPTIONS
 @click.option("-d", "--detach", is_flag=True,
-              help="Print the run's name (its URL with --json) and exit once it has started.")
+              help="Print the run's name (the run as JSON, with its url, with --json) and exit "
+                   "at once; the url answers once the run runs and JupyterLab has started.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON, with its url.")
 @pass_api
 def notebook(api: ApiClient, detach: bool, as_json: bool, **flags: Any) -> None:
@@ -136,7 +141,7 @@ def notebook(api: ApiClient, detach: bool, as_json: bool, **flags: Any) -> None:
     unused for the site's idle time or div stop ends it.
 
     \b
-      div notebook --gpu a100 --max-spend 10
+      div notebook --gpu h100 --max-spend 10
       div notebook -d --json
     """
     run = _started(api, "notebook", {**flags, "words": ()})
@@ -166,6 +171,8 @@ def _answers(api: ApiClient, name: str, path: str) -> bool:
         try:
             api.get_page(path + "api/status")
             return True
+        except ApiUnreachable:
+            pass            # a bare 502/503 on the way: Jupyter is still starting
         except ApiError as exc:
             if exc.status not in NOT_YET:
                 fail(str(exc))

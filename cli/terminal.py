@@ -41,8 +41,20 @@ class Dropped(Exception):
     """The connection ended before the run's command did."""
 
 
+class TakenOver(Dropped):
+    """Another client attached to the shell (div shell --attach elsewhere)."""
+
+
 class _Closed(Exception):
     """The run closed the WebSocket."""
+
+    def __init__(self, code: int | None):
+        super().__init__(code)
+        self.code = code
+
+
+# The terminal program's close code when another client takes the shell over.
+TAKEN_OVER = 1008
 
 
 def open_terminal(api: ApiClient, run: str) -> tuple[socket.socket, WSConnection]:
@@ -133,7 +145,10 @@ def session(sock: socket.socket, ws: WSConnection) -> int:
                         break
                     ws.receive_data(data)
                     _received(sock, ws, said)
-    except (_Closed, OSError):
+    except _Closed as closed:
+        if closed.code == TAKEN_OVER and not said:
+            raise TakenOver from None
+    except OSError:
         pass
     finally:
         signal.signal(signal.SIGWINCH, previous)
@@ -161,6 +176,6 @@ def _received(sock: socket.socket, ws: WSConnection, said: list[int]) -> None:
         elif isinstance(event, CloseConnection):
             with contextlib.suppress(OSError):
                 sock.sendall(ws.send(event.response()))
-            raise _Closed
+            raise _Closed(event.code)
 
 

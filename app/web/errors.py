@@ -8,6 +8,7 @@ from flask import Flask, current_app, jsonify, render_template, request
 from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException
 
+from divergent.app.web.credentials import bearer_key
 from divergent.app.extensions import db
 from divergent.app.services.errors import ServiceError
 from divergent.app.web.upload_body import abandon_large_body
@@ -22,8 +23,9 @@ def init_app(app: Flask) -> None:
 
 def error_response(status: int, message: str, headers: dict | None = None):
     abandon_large_body(request)
-    if not request.path.startswith("/api/"):
-        # The dashboard's pages get a page, not JSON.
+    if not request.path.startswith("/api/") and bearer_key() is None:
+        # The dashboard's pages get a page, not JSON; a request with an API
+        # key (a script on a notebook's REST API) gets JSON wherever it went.
         return render_template("error.html", status=status, message=message), status, headers
     response = jsonify(error=message)
     response.status_code = status

@@ -117,6 +117,8 @@ class Session:
     def __init__(self, command: str) -> None:
         self.pid, self.master = pty.fork()
         if self.pid == 0:
+            # A terminal that draws colours, beside a batch run (whose env has no TERM) too.
+            os.environ.setdefault("TERM", "xterm-256color")
             os.execv("/bin/bash", ["bash", "-c", command])
         os.set_blocking(self.master, False)
         self.shown = b""
