@@ -8,9 +8,9 @@ from flask import Flask, current_app, jsonify, render_template, request
 from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException
 
-from divergent.app.web.credentials import bearer_key
 from divergent.app.extensions import db
 from divergent.app.services.errors import ServiceError
+from divergent.app.web.credentials import bearer_key
 from divergent.app.web.upload_body import abandon_large_body
 
 
