@@ -26,9 +26,10 @@ up: $(VENV)/.installed cluster s3 node-torch node-jupyter services.env
 	scripts/services start
 	scripts/services exec $(BIN)/flask dev-bootstrap --env-file instance/dev.env
 	scripts/services exec $(BIN)/flask site --runtime pyxis >/dev/null
-	@# div shell and div notebook reach runs at their jobs' addresses, as the nodes number them.
+	@# div shell and div notebook reach runs at their jobs' addresses, as the nodes number
+	@# them; browsers open notebooks at localhost, the dashboard being at 127.0.0.1.
 	scripts/services exec $(BIN)/flask site interactive \
-		--job-subnets "$$(. $(DEV_NODE_CONF) && echo "$$JOB_SUBNETS")" >/dev/null
+		--job-subnets "$$(. $(DEV_NODE_CONF) && echo "$$JOB_SUBNETS")" --notebook-host localhost >/dev/null
 	scripts/services exec $(BIN)/flask site images --mirror $(DEV_REGISTRY) \
 		--insecure $(DEV_REGISTRY) --insecure $(DEV_PRIVATE_REGISTRY) \
 		--login $(DEV_PRIVATE_REGISTRY)=DEV_REGISTRY

@@ -200,6 +200,11 @@ def read_terminal(controller: int) -> bytes:
     return seen
 
 
+# Browsers open notebooks on another name of the server's (its own origin):
+# Chromium and curl take localhost as 127.0.0.1 without asking any resolver.
+NOTEBOOK_HOST = "localhost"
+
+
 def dev_job_subnets() -> str:
     """JOB_SUBNETS of the dev cluster's nodes (slurm/dev/up writes it)."""
     conf = Path(os.environ.get("DIV_DEV_SLURM_CONF_DIR", "/etc/slurm")) / "divergent-node.conf"
@@ -232,7 +237,8 @@ def start_stack(port: int, postgres_admin_url: str | None,
     try:
         stack.flask("db", "upgrade")
         # Interactive runs reach their jobs' addresses, as the nodes number them.
-        stack.flask("site", "interactive", "--job-subnets", dev_job_subnets())
+        stack.flask("site", "interactive", "--job-subnets", dev_job_subnets(),
+                    "--notebook-host", NOTEBOOK_HOST)
         if before_start is not None:
             before_start(stack)      # the site's settings, made as its admin makes them
         stack.services("start")

@@ -14,7 +14,7 @@ import requests
 from playwright.sync_api import expect
 
 from tests.interactive import Tmux
-from tests.stack import VENV_BIN
+from tests.stack import NOTEBOOK_HOST, VENV_BIN
 
 BROWSER_PASSWORD = "interactive-test-password"
 
@@ -130,6 +130,8 @@ def test_the_notebook_opens_from_its_run_page_and_runs_a_cell(stack, project, br
             page.click("text=Open notebook")
         lab = opened.value
         expect(lab.locator(".jp-Launcher")).to_be_visible(timeout=90_000)
+        # On the notebook host, never the dashboard's origin.
+        assert lab.url.startswith(f"http://{NOTEBOOK_HOST}:{stack.port}/runs/nb-browser/notebook/")
         lab.click(".jp-LauncherCard[title*='Python 3'] >> nth=0")
         # The kernel's WebSocket, through the server, says it is ready.
         expect(lab.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=60_000)

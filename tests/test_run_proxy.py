@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from unittest import mock
 
@@ -27,6 +28,7 @@ from divergent.app.services.site.interactive import (
     InteractiveSettingsError,
     interactive_settings,
 )
+from divergent.app.services.site.settings import load_site, save_site
 from divergent.slurm.script import INTERACTIVE_TOKEN
 from tests.test_dashboard import csrf_token, hash_once
 
@@ -89,6 +91,8 @@ def keys(app, run_server):
                            image="img", command="jupyter lab", rate_micros_per_hour=1,
                            secrets_sealed=seal(json.dumps({INTERACTIVE_TOKEN: TOKEN}))))
         db.session.commit()
+        site = load_site()
+        save_site(replace(site, interactive=replace(site.interactive, notebook_host="nb.test")))
     reached = Upstream("127.0.0.1", run_server, TOKEN)
     with mock.patch("divergent.app.web.run_proxy.upstream", lambda run: reached):
         yield {name: key for name, (_, key) in made.items()}
@@ -131,26 +135,49 @@ def test_another_orgs_key_and_no_credential_reach_nothing(app, keys):
     assert Recorder.seen == []
 
 
-def test_in_a_browser_only_its_owner_opens_it_and_only_from_this_site(app, keys):
+NB = "http://nb.test"
+
+
+def test_in_a_browser_a_notebook_opens_for_its_owner_on_the_notebook_host_alone(app, keys):
     owner, member = signed_in(app, "alice"), signed_in(app, "carol")
-    assert owner.get("/runs/nb-1/notebook/lab").status_code == 200
+    # Never on the dashboard's origin: a one-minute ticket to the notebook host.
+    sent = owner.get("/runs/nb-1/notebook/lab")
+    assert sent.status_code == 302, sent.data
+    assert sent.headers["Location"].startswith(f"{NB}/runs/nb-1/notebook-enter?ticket=")
+    assert Recorder.seen == []
     # Another member's session never runs the run's pages (their scripts act in it).
     assert member.get("/runs/nb-1/notebook/lab").status_code == 403
-    # A member's key reaches it (div, scripts): keys ride on no page.
-    assert app.test_client().get("/runs/nb-1/notebook/lab", headers={
-        "Authorization": f"Bearer {keys['carol']}"}).status_code == 200
-    # A cross-site page cannot post to it with the owner's cookie, nor open its sockets.
     assert owner.post("/runs/nb-1/notebook/api/sessions", data=b"{}",
-                      headers={"Origin": "https://evil.example"}).status_code == 403
-    assert owner.post("/runs/nb-1/notebook/api/sessions", data=b"{}").status_code == 403
-    assert owner.post("/runs/nb-1/notebook/api/sessions", data=b"{}",
-                      headers={"Origin": "http://localhost"}).status_code == 200
+                      headers={"Origin": "http://localhost"}).status_code == 403
+    # The notebook host trades the ticket for a cookie of its own, for this run's path.
+    browser = app.test_client()
+    entered = browser.get(sent.headers["Location"])
+    assert entered.status_code == 302 and entered.headers["Location"] == "/runs/nb-1/notebook/lab"
+    cookie = browser.get_cookie("div_notebook", domain="nb.test", path="/runs/nb-1/notebook/")
+    assert cookie is not None and cookie.http_only
+    assert browser.get("/runs/nb-1/notebook/lab", base_url=NB).status_code == 200
+    # From the notebook host's own pages alone.
+    assert browser.post("/runs/nb-1/notebook/api/sessions", data=b"{}", base_url=NB,
+                        headers={"Origin": NB}).status_code == 200
+    for origin in ("http://localhost", "https://evil.example"):
+        assert browser.post("/runs/nb-1/notebook/api/sessions", data=b"{}", base_url=NB,
+                            headers={"Origin": origin}).status_code == 403
     seen = len(Recorder.seen)
-    assert owner.get("/runs/nb-1/notebook/api/kernels/x/channels", headers={
+    assert browser.get("/runs/nb-1/notebook/api/kernels/x/channels", base_url=NB, headers={
         "Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
         "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
         "Origin": "https://evil.example"}).status_code == 403
     assert len(Recorder.seen) == seen
+    # The notebook host serves notebooks and nothing else: no dashboard, no API.
+    for path in ("/", "/settings", "/api/v1/whoami", "/runs/nb-1", "/static/dashboard.js"):
+        assert browser.get(path, base_url=NB).status_code == 404, path
+    # A ticket is its owner's, for its run, for a minute; a cookie likewise.
+    stranger = app.test_client()
+    assert stranger.get("/runs/nb-1/notebook/lab", base_url=NB).status_code == 401
+    assert stranger.get("/runs/nb-1/notebook-enter?ticket=forged", base_url=NB).status_code == 403
+    # A member's key reaches it (div, scripts): keys ride on no page.
+    assert app.test_client().get("/runs/nb-1/notebook/lab", headers={
+        "Authorization": f"Bearer {keys['carol']}"}).status_code == 200
 
 
 def test_the_address_is_the_sites_for_the_jobs_node_and_never_a_requests(app):

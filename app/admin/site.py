@@ -298,13 +298,18 @@ def images(mirror, registries, insecure, logins) -> None:
 @click.option("--gpu-type", "gpu_types", multiple=True, metavar="TYPE",
               help="A type interactive runs may ask for. Repeatable; replaces the list "
                    "(default: every type).")
-def interactive(job_subnets, port, idle_minutes, gpu_types) -> None:
+@click.option("--notebook-host", metavar="HOST",
+              help="Another name of this server's, where browsers open notebooks (their "
+                   "pages are the org's own code: never on the dashboard's origin).")
+def interactive(job_subnets, port, idle_minutes, gpu_types, notebook_host) -> None:
     """Show the settings of interactive runs (div shell, div notebook), or change them."""
     current = load_site()
     old = current.interactive
-    if job_subnets is not None or port or idle_minutes or gpu_types:
+    if job_subnets is not None or port or idle_minutes or gpu_types or notebook_host:
         table = {"port": port or old.port, "idle_minutes": idle_minutes or old.idle_minutes,
                  "job_subnets": dict(old.job_subnets)}
+        if notebook_host or old.notebook_host:
+            table["notebook_host"] = notebook_host or old.notebook_host
         if gpu_types or old.gpu_types is not None:
             table["gpu_types"] = list(gpu_types or old.gpu_types or ())
         try:
@@ -320,6 +325,7 @@ def interactive(job_subnets, port, idle_minutes, gpu_types) -> None:
     click.echo(f"port          {settings.port}")
     click.echo(f"idle minutes  {settings.idle_minutes}")
     click.echo(f"gpu types     {' '.join(settings.gpu_types or ()) or 'all'}")
+    click.echo(f"notebook host {settings.notebook_host or '- (notebooks by API key alone)'}")
 
 
 commands = [site]
