@@ -305,8 +305,10 @@ def interactive(job_subnets, port, idle_minutes, gpu_types, notebook_host) -> No
     """Show the settings of interactive runs (div shell, div notebook), or change them."""
     current = load_site()
     old = current.interactive
-    if job_subnets is not None or port or idle_minutes or gpu_types or notebook_host:
-        table = {"port": port or old.port, "idle_minutes": idle_minutes or old.idle_minutes,
+    if any(value is not None for value in (job_subnets, port, idle_minutes, notebook_host)) \
+            or gpu_types:
+        table = {"port": old.port if port is None else port,
+                 "idle_minutes": old.idle_minutes if idle_minutes is None else idle_minutes,
                  "job_subnets": dict(old.job_subnets)}
         if notebook_host or old.notebook_host:
             table["notebook_host"] = notebook_host or old.notebook_host
