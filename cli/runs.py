@@ -44,11 +44,12 @@ def ls(api: ApiClient, project: str | None, status: str | None, username: str | 
         click.echo("no runs match these filters" if filtered else
                    "no runs yet: start one with div run", err=True)
         return
-    rows = [[r["name"], r["project"], r["user"], r["status"],
+    rows = [[r["name"], r["project"], r["user"], r["status"], r.get("kind", "batch"),
              "cpu" if r["gpu"] == "cpu" else f"{r['gpus']} x {r['gpu']}",
              started(r["started_at"]), duration(r["duration"]), dollars(r["cost"]),
              _sweep_cell(r)] for r in runs]
-    table(["NAME", "PROJECT", "USER", "STATUS", "GPUS", "STARTED", "DURATION", "COST", "SWEEP"],
+    table(["NAME", "PROJECT", "USER", "STATUS", "KIND", "GPUS", "STARTED", "DURATION", "COST",
+           "SWEEP"],
           rows)
 
 

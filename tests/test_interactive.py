@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -57,8 +58,8 @@ def test_a_shell_is_a_terminal_in_the_run_and_its_exit_ends_the_run(stack, proje
     run = stack.wait_for_status("sh-basic", "failed")
     assert (run["kind"], run["exit_code"], run["status"]) == ("shell", 3, "failed")
     assert run["cost"] != "$0.00" and run["duration"] is not None
-    listed = stack.div("ls", "--json", cwd=project)
-    assert b'"sh-basic"' in listed.stdout
+    listed = stack.div("ls", cwd=project).stdout.decode()
+    assert re.search(r"^sh-basic +\S+ +\S+ +failed +shell ", listed, re.M), listed
 
 
 def test_a_dropped_connection_keeps_the_shell_for_attach(stack, project):

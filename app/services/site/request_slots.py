@@ -1,6 +1,7 @@
 """Long requests hold a worker thread each for as long as they last: log
-followers, terminals and notebooks (interactive runs' connections), and transfers (file and blob uploads, downloads, plain log
-reads, which a slow or stalled client can stretch to their deadlines). Each
+followers, terminals and notebooks (interactive runs' connections), and
+transfers (file and blob uploads, downloads, plain log reads, which a slow
+or stalled client can stretch to their deadlines). Each
 kind may take only part of a worker's threads, so some always answer
 everything else, and no org may take all of a kind's. Counted per server
 process (each gunicorn worker has its own threads); a request without a slot
