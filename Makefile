@@ -27,9 +27,9 @@ up: $(VENV)/.installed cluster s3 node-torch node-jupyter services.env
 	scripts/services exec $(BIN)/flask dev-bootstrap --env-file instance/dev.env
 	scripts/services exec $(BIN)/flask site --runtime pyxis >/dev/null
 	@# div shell and div notebook reach runs at their jobs' addresses, as the nodes number
-	@# them; browsers open notebooks at localhost, the dashboard being at 127.0.0.1.
+	@# them; browsers open notebooks at notebooks.localhost (a loopback name no resolver is asked for).
 	scripts/services exec $(BIN)/flask site interactive \
-		--job-subnets "$$(. $(DEV_NODE_CONF) && echo "$$JOB_SUBNETS")" --notebook-host localhost >/dev/null
+		--job-subnets "$$(. $(DEV_NODE_CONF) && echo "$$JOB_SUBNETS")" --notebook-host notebooks.localhost >/dev/null
 	scripts/services exec $(BIN)/flask site images --mirror $(DEV_REGISTRY) \
 		--insecure $(DEV_REGISTRY) --insecure $(DEV_PRIVATE_REGISTRY) \
 		--login $(DEV_PRIVATE_REGISTRY)=DEV_REGISTRY
@@ -147,9 +147,11 @@ node-torch: cluster
 
 # div notebook's JupyterLab, on the nodes' own Python (runtime none) and so
 # in the dev images made from it (slurm/dev/images), as a site's admin would.
+# Its requests would bring urllib3 2 under /usr/local, over the urllib3 1.26
+# Debian's boto3 needs (S3 transfers run on the nodes' Python): kept below 2.
 NODE_JUPYTER = 4.6.6
-NODE_JUPYTER_INSTALL = /usr/bin/python3 -c 'import jupyterlab' 2>/dev/null || \
-	/usr/bin/python3 -m pip install -q --break-system-packages 'jupyterlab==$(NODE_JUPYTER)'
+NODE_JUPYTER_INSTALL = /usr/bin/python3 -c 'import jupyterlab, boto3' 2>/dev/null || \
+	/usr/bin/python3 -m pip install -q --break-system-packages 'jupyterlab==$(NODE_JUPYTER)' 'urllib3<2'
 node-jupyter: cluster
 	@$(NODE_JUPYTER_INSTALL)
 

@@ -108,7 +108,12 @@ def raw_terminal() -> Iterator[bool]:
 
 
 def _resize(ws: WSConnection) -> bytes:
-    size = shutil.get_terminal_size()
+    """This terminal's size as it is now (never COLUMNS and LINES, which
+    stay what they were when a shell set them)."""
+    try:
+        size = os.get_terminal_size(sys.stdout.fileno())
+    except OSError:
+        size = shutil.get_terminal_size()
     return ws.send(TextMessage(json.dumps({"resize": [size.lines, size.columns]})))
 
 

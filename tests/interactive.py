@@ -17,6 +17,7 @@ class Tmux:
         self.socket = f"div-test-{uuid.uuid4().hex[:8]}"
         self.done = cwd / f".tmux-{self.socket}.rc"
         script = f"{shlex.join(command)}; echo $? > {shlex.quote(str(self.done))}; sleep 600"
+        env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
         subprocess.run(["tmux", "-L", self.socket, "new-session", "-d", "-x", str(width),
                         "-y", str(height), "-c", str(cwd), "bash", "--norc", "-c", script],
                        env={**env, "TERM": "xterm-256color"}, check=True)

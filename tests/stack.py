@@ -201,8 +201,9 @@ def read_terminal(controller: int) -> bytes:
 
 
 # Browsers open notebooks on another name of the server's (its own origin):
-# Chromium and curl take localhost as 127.0.0.1 without asking any resolver.
-NOTEBOOK_HOST = "localhost"
+# Chromium takes *.localhost as loopback without asking any resolver (and
+# the TLS tests' dashboard is at localhost itself).
+NOTEBOOK_HOST = "notebooks.localhost"
 
 
 def dev_job_subnets() -> str:
