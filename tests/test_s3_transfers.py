@@ -109,7 +109,7 @@ def test_transfers_are_cpu_runs_billed_listed_and_never_hold_the_keys(stack, org
     assert (run["project"], run["gpu"], run["gpus"], run["status"]) == ("s3", "cpu", 2, "succeeded")
     assert run["cost"] == "0.01" and sorted(run["secrets"]) == sorted(S3_SECRETS)   # a minute at $0.60/h
     listed = div(stack, "ls")[1]
-    assert re.search(rf"^{name} +s3 +s3org-user +succeeded +cpu ", listed, re.M), listed
+    assert re.search(rf"^{name} +s3 +s3org-user +succeeded +batch +cpu ", listed, re.M), listed
     state = stack.data_dir / "runs" / ORG / name
     written = "".join(p.read_text(errors="replace") for p in state.iterdir() if p.is_file())
     for secret in ("AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AWS_ENDPOINT_URL"):
