@@ -134,12 +134,18 @@ def write_private_file(state_dir: str, name: str, text: str) -> None:
         os.unlink(partial)
 
 
+def run_secret_values(run: Run) -> dict[str, str]:
+    """The values a run was given (as they were when it started), by name."""
+    values: dict[str, str] = json.loads(unseal(run.secrets_sealed)) if run.secrets_sealed else {}
+    return values
+
+
 def rewrite_secrets_file(state_dir: str, run: Run) -> None:
     """The values a run started with, again, for its next attempt after a
     node failure (the script read and deleted the first copy)."""
     with contextlib.suppress(FileExistsError):
         # Called only for a run that was given secrets.
-        write_secrets_file(state_dir, json.loads(unseal(cast(str, run.secrets_sealed))))
+        write_secrets_file(state_dir, run_secret_values(run))
 
 
 def remove_secrets_file(state_dir: str) -> None:
@@ -154,8 +160,7 @@ def remove_secrets_file(state_dir: str) -> None:
 
 def log_masker(run: Run) -> Masker:
     """Masks the values a run was given (as they were when it started)."""
-    return Masker(list(json.loads(unseal(run.secrets_sealed)).values())
-                  if run.secrets_sealed else [])
+    return Masker(list(run_secret_values(run).values()))
 
 
 def masked_metrics(run: Run, metrics: dict) -> dict:

@@ -8,13 +8,11 @@ from anything a request or the run says), with a token of the run's own
 that travels in its secrets (never in its script or its log)."""
 from __future__ import annotations
 
-import json
 import secrets
 from dataclasses import dataclass
-from typing import cast
 
 from divergent.app.models import Run
-from divergent.app.services.accounts.secrets import unseal
+from divergent.app.services.accounts.secrets import run_secret_values
 from divergent.app.services.errors import Invalid, NotFound
 from divergent.app.services.money.catalog import catalog
 from divergent.app.services.site.settings import load_site
@@ -66,9 +64,9 @@ def interactive_spec(kind: str, run_name: str) -> Interactive | None:
     """What serves the run to the server: its terminal, its notebook, or
     for a batch run shells beside its command (div shell RUN); None on a
     site whose server does not reach runs."""
-    if not reachable():
-        return None
     settings = load_site().interactive
+    if not settings.job_subnets:
+        return None
     return Interactive(kind, settings.port, settings.idle_minutes * 60, notebook_path(run_name))
 
 
@@ -110,8 +108,7 @@ def upstream(run: Run) -> Upstream:
     if address is None:
         raise NotFound(f"{run.name} runs on {node}, which this site's [interactive] "
                        "job_subnets do not list")
-    values = json.loads(unseal(cast(str, run.secrets_sealed))) if run.secrets_sealed else {}
-    token = values.get(INTERACTIVE_TOKEN)
+    token = run_secret_values(run).get(INTERACTIVE_TOKEN)
     if not token:
         raise NotFound(f"{run.name} cannot be reached: it started before this site's server "
                        "reached runs")
