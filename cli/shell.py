@@ -102,6 +102,8 @@ def shell(api: ApiClient, attach: str | None, **flags: Any) -> None:
     except TakenOver:
         fail(f"\r\ndivergent: another connection took {name}'s shell over", 255)
     except Dropped:
+        if api.get(f"/runs/{name}")["run"]["status"] not in LIVE:
+            _ended(api, name)       # stopped, or at its time limit: nothing goes on
         if run["kind"] == "batch":
             fail(f"\r\ndivergent: the connection to {name} was lost, and its shell with it", 255)
         fail(f"\r\ndivergent: the connection to {name} was lost; its shell goes on: "

@@ -8,6 +8,7 @@ request names). The real notebook and terminal: tests/test_interactive.py."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -194,3 +195,32 @@ def test_the_address_is_the_sites_for_the_jobs_node_and_never_a_requests(app):
     batch = Run(name="b", kind="batch", status="running", nodes="node1", slurm_job_id="5")
     with app.app_context(), pytest.raises(NotFound):
         upstream(batch)
+
+
+def test_a_runs_answer_to_the_upgrade_is_made_again_or_refused():
+    from divergent.app.web.run_proxy import _answer_head
+    for sent, made in (
+            (b"HTTP/1.1 101\r\nSet-Cookie: session=planted\r\nUpgrade: websocket\nSet-Cookie: x=y\r\n"
+             b"\r\nafter", b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\nafter"),
+            (b"HTTP/1.1 1010 x\r\nSet-Cookie: session=planted\r\n\r\n", None),
+            (b"HTTP/1.1 200 OK\r\n\r\n", None)):
+        ours, theirs = socket.socketpair()
+        theirs.sendall(sent)
+        assert _answer_head(ours) == made
+        ours.close()
+        theirs.close()
+
+
+def test_sweeps_and_schedules_start_batch_runs_alone(app, keys):
+    with app.app_context():
+        site = load_site()
+        save_site(replace(site, interactive=replace(site.interactive,
+                                                    job_subnets={"node1": "10.81"})))
+    client = app.test_client()
+    headers = {"Authorization": f"Bearer {keys['alice']}"}
+    for path, body in (("/api/v1/sweeps/check", {"command": "true", "project": "p", "gpu": "cpu",
+                                                   "kind": "notebook", "sweep": {"A": ["1"]}}),
+                       ("/api/v1/schedules/check", {"cron": "0 * * * *", "run": {
+                           "command": "", "project": "p", "gpu": "cpu", "kind": "shell"}})):
+        refused = client.post(path, json=body, headers=headers)
+        assert refused.status_code == 400 and "batch runs only" in refused.get_json()["error"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import re
 import select
 import socket
 import time
@@ -136,6 +137,8 @@ def _forward(up: Upstream, give_back: Callable[[], None]) -> Response:
             return
         finally:
             conn.close()
+    # No database connection held while the answer streams.
+    db.session.rollback()
     response = Response(stream_with_context(chunks()), status=answer.status, headers=headers)
     response.call_on_close(give_back)
     return response
@@ -154,13 +157,16 @@ def _splice(run: Run, up: Upstream, give_back: Callable[[], None]) -> Response:
     except OSError as exc:
         sock.close()
         raise Unavailable(f"the run did not answer: {exc}") from None
-    if not answer.startswith(b"HTTP/1.1 101"):
+    if answer is None:
         sock.close()
-        raise Unavailable(f"the run refused the connection ({answer[:80].decode('latin-1')!r})")
+        raise Unavailable("the run refused the connection")
     request.environ[SPLICED] = True
+    run_id = run.id
+    # No database connection held for the connection's life.
+    db.session.rollback()
     try:
         client.sendall(answer)
-        _relay(client, sock, run.id)
+        _relay(client, sock, run_id)
     except OSError:
         pass
     finally:
@@ -171,13 +177,14 @@ def _splice(run: Run, up: Upstream, give_back: Callable[[], None]) -> Response:
 
 # What a run's 101 may say to the browser: the upgrade itself, nothing else
 # (never a cookie, however the run spells its lines).
+SWITCHING = re.compile(r"HTTP/1\.1 101( [\x20-\x7e]*)?")
 UPGRADE_HEADERS = ("upgrade", "connection", "sec-websocket-accept", "sec-websocket-protocol",
                    "sec-websocket-extensions")
 
 
-def _answer_head(sock: socket.socket) -> bytes:
+def _answer_head(sock: socket.socket) -> bytes | None:
     """The run's answer to the upgrade, made again from the headers an
-    upgrade needs, and any bytes after it."""
+    upgrade needs, and any bytes after it; None for anything but a 101."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(CHUNK)
@@ -186,8 +193,8 @@ def _answer_head(sock: socket.socket) -> bytes:
         data += chunk
     head, rest = data.split(b"\r\n\r\n", 1)
     status, *lines = head.decode("latin-1").replace("\r", "").split("\n")
-    if not status.startswith("HTTP/1.1 101 "):
-        return status.encode("latin-1")
+    if not SWITCHING.fullmatch(status):
+        return None
     kept = [f"{name.strip()}: {value.strip()}" for name, _, value in
             (line.partition(":") for line in lines)
             if name.strip().lower() in UPGRADE_HEADERS and value.isprintable()]

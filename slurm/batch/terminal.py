@@ -128,6 +128,7 @@ class Session:
         self.partial: tuple[int | None, bytes] = (None, b"")
         self.alone_since = time.monotonic()
         self.code: int | None = None
+        self.hung_up = False
 
     def take(self, conn: socket.socket) -> None:
         if self.client is not None:
@@ -247,6 +248,7 @@ class Session:
         os.close(self.master)
 
     def hang_up(self) -> None:
+        self.hung_up = True
         try:
             os.killpg(self.pid, signal.SIGHUP)
         except OSError:
@@ -273,8 +275,10 @@ def serve(mode: str, idle: float, command: str, listener: socket.socket,
                 s.from_command()
             if s.client is not None and s.client in ready:
                 s.from_client()
-                if s.client is None and mode == "beside":
-                    s.hang_up()
+            # Beside a batch run, a shell whose connection ended (closed, or
+            # a send that failed) is hung up: nobody can come back to it.
+            if s.client is None and mode == "beside" and not s.hung_up:
+                s.hang_up()
         if listener in ready:
             conn, _ = listener.accept()
             try:

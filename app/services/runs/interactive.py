@@ -60,6 +60,13 @@ def reachable() -> bool:
     return bool(load_site().interactive.job_subnets)
 
 
+def batch_only(kind: str, what: str) -> None:
+    """Sweeps and schedules start runs nobody is there to attach to."""
+    if kind != BATCH:
+        raise Invalid(f"{what} starts batch runs only: div shell and div notebook are for a "
+                      "person at a terminal")
+
+
 def interactive_spec(kind: str, run_name: str) -> Interactive | None:
     """What serves the run to the server: its terminal, its notebook, or
     for a batch run shells beside its command (div shell RUN); None on a

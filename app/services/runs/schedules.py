@@ -23,6 +23,7 @@ from divergent.app.models import Org, Run, Schedule, Sweep, User, iso_utc, utcno
 from divergent.app.services.accounts.orgs import all_named, find_named
 from divergent.app.services.errors import Conflict, Invalid, ServiceError, Unavailable
 from divergent.app.services.runs.cron import describe, parse_cron, parse_zone
+from divergent.app.services.runs.interactive import batch_only
 from divergent.app.services.runs.request import parse_request
 from divergent.app.services.runs.submit import SubmitUnsure, check_run, create_run
 from divergent.app.services.runs.sweeps import check_sweep, create_sweep
@@ -47,6 +48,7 @@ def check_schedule(user: User, cron_text: object, run_request: object,
     tz = "UTC" if tz is None else tz
     cron, next_at = _cron(cron_text, tz)
     req = parse_request(run_request)
+    batch_only(req.kind, "a schedule")
     body = cast(dict, run_request)      # parse_request refused anything else
     if req.name is not None:
         raise Invalid("a schedule's runs get names of their own: leave out --name")

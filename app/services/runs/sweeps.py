@@ -27,6 +27,7 @@ from divergent.app.services.files.volumes import data_path, make_state_dir, run_
 from divergent.app.services.money.pricing import usd_text
 from divergent.app.services.money.usage import minutes_left
 from divergent.app.services.runs.images import run_image, write_registry_login
+from divergent.app.services.runs.interactive import batch_only
 from divergent.app.services.runs.listing import run_json
 from divergent.app.services.runs.names import free_name
 from divergent.app.services.runs.refusals import refused_by_slurm
@@ -80,6 +81,7 @@ def validated(req: RunRequest, axes_value: object) -> dict[str, list[str]]:
     and a schedule's firing as much as the check before upload): its size
     is counted before a single combination is made, so no request makes the
     server build (or record) more runs than Slurm would take."""
+    batch_only(req.kind, "a sweep")
     axes = parse_axes(axes_value)
     size = math.prod(len(values) for values in axes.values())
     client = slurm_client()
