@@ -193,6 +193,12 @@ class Run(Base):
     metrics_points: Mapped[int] = mapped_column(default=0)
     metrics_malformed: Mapped[int] = mapped_column(default=0)
     checks: Mapped[list] = mapped_column(sa.JSON, default=list)
+    # What it used (app/services/runs/usage.py): its samplers' running
+    # totals, then Slurm's accounting at its end; the idle policy's state
+    # for it; and whether it said it may idle (div run --allow-idle).
+    usage: Mapped[dict | None] = mapped_column(sa.JSON)
+    idle: Mapped[dict | None] = mapped_column(sa.JSON)
+    allow_idle: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
     # The secrets it was given: names to show, and the values, encrypted, to
     # mask in its log (the values it ran with, even if a secret changes since).
     secret_names: Mapped[list] = mapped_column(sa.JSON, default=list)

@@ -39,7 +39,9 @@ from divergent.app.services.runs.submissions import (
     end_dropped_member,
     settle_unsubmitted,
 )
+from divergent.app.services.runs.usage_follow import follow_running, settle_ended
 from divergent.app.services.site.gauges import record_cycle
+from divergent.app.services.site.settings import load_site
 from divergent.app.services.site.slurm_access import slurm_client
 from divergent.slurm.client import SlurmError
 from divergent.slurm.records import JobRecord, run_status
@@ -222,6 +224,7 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
     orgs = {org.id: org for org in live_orgs}
     changed = 0
     metrics_left: defaultdict[int, int] = defaultdict(lambda: ORG_CYCLE_BUDGET)
+    usage, now, ended = load_site().usage, time.time(), []
     for run in live:
         record = records.get(_job_id(run))
         if record is None:
@@ -240,6 +243,7 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
             if run.restarts > restarts and run.status in LIVE and \
                     not restarted(run, record, state_dir):
                 run.restarts = restarts
+            follow_running(run, state_dir, usage, now)
         except Exception:   # what one run wrote never stops the cycle every org shares
             log.exception("could not settle %s; it is tried again next cycle", run.name)
             db.session.expire(run)
@@ -247,6 +251,8 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
         changed += before != (run.status, run.pending_reason, run.elapsed_seconds)
         if before[0] in LIVE and run.status not in LIVE:
             enqueue_for(run)    # in the transaction that ends it
+            ended.append((run, record, state_dir))
+    settle_ended(ended)
     db.session.flush()
     stop_orgs_at_their_limit(live, orgs)
     db.session.commit()

@@ -141,6 +141,8 @@ CODE_OPTIONS = _options(
               help="Condition the result must meet, such as metrics.accuracy>=0.8. Repeatable.")
 @click.option("--telemetry", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Chart layout for the Telemetry tab.  [default: telemetry.toml, if present]")
+@click.option("--allow-idle", is_flag=True,
+              help="The run may leave its GPUs idle: the site's idle policy never stops it.")
 @CODE_OPTIONS
 @click.option("-d", "--detach", is_flag=True, help="Print the run's name and exit once it has started.")
 @click.option("--json", "as_json", is_flag=True,
@@ -238,7 +240,8 @@ def run_request(api: ApiClient, params: dict[str, Any], after_dashes: bool,
             "checks": [c["check"] for c in params["checks"]], "mounts": params["mounts"],
             "telemetry": telemetry.read_text() if telemetry else None,
             "max_spend": None if max_spend is None else format(Decimal(max_spend) / 10**6, "f"),
-            "sweep": params["sweep"] or None, "kind": kind}
+            "sweep": params["sweep"] or None, "kind": kind,
+            "allow_idle": bool(params.get("allow_idle"))}
     paths: dict[str, os.stat_result] = {} if no_upload else list_files(root)
     # A shell or notebook in an empty folder has nothing to upload, and that is fine.
     no_upload = no_upload or (interactive and not paths)

@@ -223,6 +223,8 @@ class JobSpec:
     image_size: int = 0
     image_private: bool = False
     interactive: Interactive | None = None
+    # Seconds between the samples of what the run uses on each node; 0: none.
+    usage_interval: int = 0
 
     def __post_init__(self) -> None:
         validate(self)
@@ -275,6 +277,8 @@ def validate(spec: JobSpec) -> None:
         raise InvalidJobSpec("cpus and memory must be at least 1")
     if spec.time_limit_minutes is not None and spec.time_limit_minutes < 1:
         raise InvalidJobSpec("time limit must be at least 1 minute")
+    if not isinstance(spec.usage_interval, int) or not 0 <= spec.usage_interval <= 3600:
+        raise InvalidJobSpec("usage interval: 0 to 3600 seconds")
     for key in spec.env:
         check_env_name(key)
     for value in (spec.command, spec.state_dir, spec.volumes_dir, spec.code_dir or "",

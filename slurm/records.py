@@ -251,6 +251,69 @@ def run_status(record: JobRecord, stopped_for: str | None = None) -> str:
     return status
 
 
+# What a job used, from accounting: its CPU time (the job's line sums its
+# steps'), and each step's peak memory and GPU figures (TRESUsageInMax:
+# mem=, and gres/gpumem= and gres/gpuutil= where the site gathers them).
+USAGE_FIELDS = "JobID,TotalCPU,TRESUsageInMax"
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+_TRES_AMOUNT = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)$")
+
+
+@dataclass(slots=True)
+class JobUsage:
+    cpu_seconds: float | None = None
+    max_memory_bytes: int | None = None
+    gpu_memory_bytes: int | None = None
+    gpu_utilization: float | None = None     # the highest a step saw, 0..1
+
+
+def cpu_time(text: str) -> float | None:
+    """sacct's TotalCPU: [D-][HH:]MM:SS[.mmm]."""
+    days, _, rest = text.rpartition("-")
+    parts = rest.split(":")
+    try:
+        seconds = sum(float(p) * 60 ** i for i, p in enumerate(reversed(parts)))
+        return seconds + (int(days) * 86400 if days else 0) if 2 <= len(parts) <= 3 else None
+    except ValueError:
+        return None
+
+
+def _tres_amounts(text: str) -> dict[str, float]:
+    amounts = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        match = _TRES_AMOUNT.match(value)
+        if match:
+            amounts[name] = float(match.group(1)) * _UNITS[match.group(2)]
+    return amounts
+
+
+def parse_usage(output: str) -> dict[str, JobUsage]:
+    usage: dict[str, JobUsage] = {}
+    for line in output.splitlines():
+        fields = line.split("|")
+        if len(fields) != 3:
+            continue
+        job_id, step = fields[0].partition(".")[::2]
+        record = usage.setdefault(job_id, JobUsage())
+        if not step:
+            record.cpu_seconds = cpu_time(fields[1])
+            continue
+        amounts = _tres_amounts(fields[2])
+        for name, attr, scale in (("mem", "max_memory_bytes", 1),
+                                  ("gres/gpumem", "gpu_memory_bytes", 1),
+                                  ("gres/gpuutil", "gpu_utilization", 0.01)):
+            if name in amounts:
+                value = amounts[name] * scale
+                best = getattr(record, attr)
+                setattr(record, attr, value if best is None else max(best, value))
+    for record in usage.values():
+        for attr in ("max_memory_bytes", "gpu_memory_bytes"):
+            if getattr(record, attr) is not None:
+                setattr(record, attr, int(getattr(record, attr)))
+    return usage
+
+
 # sinfo -N -O: one line per node and partition. GresUsed goes last: its
 # index lists hold commas.
 SINFO_FIELDS = ("NodeHost:0|,StateCompact:0|,CPUsState:0|,Memory:0|,Partition:0|,Gres:0|,"

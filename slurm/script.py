@@ -109,6 +109,10 @@ INTERACTIVE_TOKEN = "DIV_INTERACTIVE_TOKEN"
 # to the server (slurm/batch/terminal.py). The node's Python, or the image's.
 TERMINAL = _fragment("terminal.py")
 
+# What a run uses, sampled on each of its nodes beside it (node.sh's
+# div_sample) into usage.<node>.jsonl in its state folder.
+USAGE = _fragment("usage.py")
+
 # Runtime `none`, inside the sandbox before LAUNCH: a Python environment of
 # the run's own over the node's (whose packages, torch included, stay
 # visible), so that `pip install` works with /usr read-only. On the node's
@@ -276,6 +280,8 @@ def values_block(spec: JobSpec, site: SlurmSite) -> list[str]:
         "export " + _assign("div_gpus", "no" if spec.hardware(site).is_cpu else "yes"),
         "export " + _assign("div_launch", LAUNCH),
         "export " + _assign("div_lines", LINES),
+        f"export div_usage_interval={spec.usage_interval}",
+        *(["export " + _assign("div_usage", USAGE)] if spec.usage_interval else []),
         *_isolation_values(site),
         # Only `none` runs it (EXEC_NONE); images bring their own Python.
         *(["export " + _assign("div_python_env", PYTHON_ENV)] if site.runtime == "none" else []),

@@ -9,6 +9,7 @@ import click
 
 from divergent.app.admin import admin_command
 from divergent.app.services.accounts.orgs import all_orgs, find_org, set_monthly_limit
+from divergent.app.services.cluster.gpu_use import gpu_hours_efficiency
 from divergent.app.services.files.quota import set_quota, usage_text
 from divergent.app.services.money.billing import recompute
 from divergent.app.services.money.pricing import (
@@ -59,12 +60,19 @@ def org_limit(org_name: str, amount: str) -> None:
 @admin_command("usage")
 @click.option("--month", metavar="YYYY-MM", help="Another month than this one.")
 def usage(month: str | None) -> None:
-    """Spend per org for a month, by project, with each org's limit."""
+    """Spend per org for a month, by project, with each org's limit and how
+    much of its GPU hours its GPUs spent working."""
+    start, end, _ = month_bounds(month)
     reports = [(org, usage_report(org, month)) for org in all_orgs()]
     for org, report in reports:
         limit = limit_text(report["limit_micros"])
         limit = limit if report["limit_micros"] is None else f"limit {limit}"
         click.echo(f"{org.name}: {format_usd(report['spent_micros'])} in {report['month']} ({limit})")
+        hours, efficiency = gpu_hours_efficiency(org.id, start, end)
+        if hours:
+            worked = "no GPU telemetry on this cluster" if efficiency is None \
+                else f"{efficiency:.0%} of them working"
+            click.echo(f"  GPU hours {hours:.1f}, {worked}")
         for project in report["projects"]:
             click.echo(f"  {project['project']:30s} {project['runs']:>5d} runs "
                        f"{format_usd(project['cost_micros']):>10s}")

@@ -30,6 +30,7 @@ from divergent.app.services.site.settings import (
     with_changes,
     with_gpu_type,
 )
+from divergent.app.services.site.usage import MEASURES, UsageSettingsError, usage_settings
 from divergent.slurm.jobspec import ORG_NODES, RUN_NETWORKS, RUNTIMES, GpuType
 
 
@@ -328,6 +329,49 @@ def interactive(job_subnets, port, idle_minutes, gpu_types, notebook_host) -> No
     click.echo(f"idle minutes  {settings.idle_minutes}")
     click.echo(f"gpu types     {' '.join(settings.gpu_types or ()) or 'all'}")
     click.echo(f"notebook host {settings.notebook_host or '- (notebooks by API key alone)'}")
+
+
+@site.command("usage")
+@click.option("--interval", type=int, metavar="SECONDS",
+              help="Seconds between samples of what a run uses, on each of its nodes "
+                   "(default 10); 0: no sampler, no live usage, no idle policy.")
+@click.option("--idle-warn", type=float, metavar="MINUTES",
+              help="Tell a run's owner once its GPUs have been idle this long "
+                   "(turns the idle policy on; fractions allowed).")
+@click.option("--idle-stop", type=float, metavar="MINUTES",
+              help="Stop it (canceled) when idle this long more (default 30).")
+@click.option("--idle-below", type=float, metavar="FRACTION",
+              help="Utilisation under this is idle, 0 to 1 (default 0.05).")
+@click.option("--idle-measure", type=click.Choice(MEASURES),
+              help="gpu: GPU runs by their GPUs (default); cpu: every run by its CPU use, "
+                   "where GPUs have no telemetry.")
+@click.option("--idle-off", is_flag=True, help="Turn the idle policy off.")
+def usage(interval, idle_warn, idle_stop, idle_below, idle_measure, idle_off) -> None:
+    """Show the settings of runs' usage sampling and idle policy, or change them."""
+    current = load_site()
+    old = current.usage
+    changes = {"interval_seconds": interval, "idle_warn_minutes": idle_warn,
+               "idle_stop_minutes": idle_stop, "idle_below": idle_below,
+               "idle_measure": idle_measure}
+    if idle_off or any(value is not None for value in changes.values()):
+        table = {key: value for key, value in vars(old).items() if value is not None}
+        table.update({key: value for key, value in changes.items() if value is not None})
+        if idle_off:
+            table.pop("idle_warn_minutes", None)
+        try:
+            current = replace(current, usage=usage_settings(table))
+        except UsageSettingsError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"saved {save_site(current)}", err=True)
+    settings = current.usage
+    click.echo(f"interval      {settings.interval_seconds} s"
+               + ("" if settings.interval_seconds else " (no sampler)"))
+    if settings.idle_warn_minutes is None:
+        click.echo("idle policy   off")
+        return
+    click.echo(f"idle policy   under {settings.idle_below:g} of its {settings.idle_measure.upper()}s: "
+               f"warned after {settings.idle_warn_minutes:g} min, stopped "
+               f"{settings.idle_stop_minutes:g} min later")
 
 
 commands = [site]

@@ -33,6 +33,11 @@ def ref(name: str) -> dict:
 
 
 DOLLARS = {"type": "string", "pattern": r"^\d+(\.\d+)?$", "description": "US dollars"}
+FRACTION = nullable({"type": "number", "minimum": 0, "maximum": 1})
+USAGE = obj(cpu_efficiency=FRACTION, max_memory_bytes=nullable(INTEGER),
+            memory_requested_bytes=INTEGER, gpu_utilization=FRACTION,
+            gpu_memory_max_bytes=nullable(INTEGER), gpu_note=nullable(STRING),
+            source=nullable({"enum": ["sampler", "slurm"]}))
 RUN = obj(
     name=STRING, project=STRING, user=STRING, status={"enum": list(RUN_STATUSES)},
     kind={"enum": list(KINDS)}, url=nullable(STRING), exit_code=nullable(INTEGER),
@@ -43,6 +48,7 @@ RUN = obj(
     duration=nullable(INTEGER), rate=DOLLARS, cost=DOLLARS, max_spend=nullable(DOLLARS),
     time_limit_minutes=nullable(INTEGER), metrics=OBJECT, metrics_points=INTEGER,
     metrics_malformed=INTEGER, checks=array(obj(check=STRING, verdict=nullable(STRING), value={})),
+    usage=USAGE, allow_idle=BOOLEAN,
     slurm_job_id=nullable(STRING), restarts=INTEGER, mounts=array(OBJECT),
     sweep=nullable(STRING), sweep_index=nullable(INTEGER), sweep_values=nullable(OBJECT),
     schedule=nullable(STRING))
@@ -53,7 +59,8 @@ RUN_REQUEST: dict = {"type": "object", "required": ["command"], "properties": {
     "secrets": array(STRING), "checks": array(STRING), "telemetry": nullable(STRING),
     "code": nullable(STRING), "mounts": array(STRING),
     "kind": {"enum": list(KINDS), "description": "batch (div run), shell (div shell) or "
-             "notebook (div notebook)"}}}
+             "notebook (div notebook)"},
+    "allow_idle": {**BOOLEAN, "description": "the site's idle policy leaves it alone"}}}
 SWEEP_REQUEST = {**RUN_REQUEST, "required": ["command", "sweep"], "properties": {
     **RUN_REQUEST["properties"], "sweep": {"type": "object", "additionalProperties": array(STRING)}}}
 TRANSFER_REQUEST = obj(direction={"enum": ["import", "export"]}, volume=STRING, url=STRING) | {

@@ -16,6 +16,7 @@ from divergent.app.services.accounts.orgs import (
     set_monthly_limit,
     users_by_org,
 )
+from divergent.app.services.cluster.gpu_use import gpus_in_use
 from divergent.app.services.money.pricing import (
     change_prices,
     current_prices,
@@ -29,6 +30,7 @@ from divergent.app.services.money.pricing import (
 @site_admin_required
 def admin():
     return render_template("admin.html", orgs=org_summaries(), users=users_by_org(), roles=ROLES,
+                           gpu_use=gpus_in_use(),
                            prices=current_prices(), usd=format_usd, usd_text=usd_text)
 
 

@@ -13,6 +13,7 @@ from divergent.app.models import iso_utc
 from divergent.app.services.money.pricing import format_usd, usd_text
 from divergent.app.services.money.pricing import micros as to_micros
 from divergent.app.services.runs.text import format_duration
+from divergent.app.services.runs.usage import format_gib
 from divergent.app.web.byte_paths import path_query
 from divergent.terms import format_bytes, shown
 
@@ -58,6 +59,17 @@ def number_filter(value) -> Markup:
     if isinstance(value, bool) or not isinstance(value, float):
         return escape(str(value))             # whole numbers (a step) as they are
     return Markup('<span title="{}">{}</span>').format(repr(value), f"{value:.6g}")
+
+
+@bp.app_template_filter("share")
+def share_filter(fraction: float | None) -> str:
+    """0.43 as 43%; nothing measured as -."""
+    return "-" if fraction is None else f"{fraction:.0%}"
+
+
+@bp.app_template_filter("gib")
+def gib_filter(size: int | None) -> str:
+    return "-" if size is None else format_gib(size)
 
 
 @bp.app_template_filter("size")

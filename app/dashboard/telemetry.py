@@ -1,5 +1,6 @@
 """The Telemetry tab: charts of the run's metrics (uPlot), laid out by its
-telemetry.toml, refreshed while the run runs."""
+telemetry.toml, and below them the system's (what it used: CPU, memory,
+GPUs), refreshed while the run runs."""
 from __future__ import annotations
 
 import os
@@ -20,17 +21,18 @@ from divergent.app.services.runs.telemetry import (
     default_charts,
     parse_layout,
 )
+from divergent.app.services.runs.usage import system_charts, usage_json
 
 
 def _charts(run) -> tuple[list[dict], str | None]:
-    points = read_points(os.path.join(run_dir(g.user.org, run.name), "metrics.jsonl"),
-                         MAX_BYTES, MAX_POINTS)
+    state_dir = run_dir(g.user.org, run.name)
+    points = read_points(os.path.join(state_dir, "metrics.jsonl"), MAX_BYTES, MAX_POINTS)
     if run.secrets_sealed:   # a secret's value is *** here as in the log
         masker = log_masker(run)
         points = [mask_point(masker, point) for point in points]
     layout, problem = parse_layout(run.telemetry)
     charts = layout if layout is not None else default_charts(points)
-    return [chart_data(chart, points) for chart in charts], problem
+    return [chart_data(chart, points) for chart in charts] + system_charts(state_dir), problem
 
 
 @bp.get("/runs/<name>/telemetry")
@@ -39,7 +41,7 @@ def run_telemetry(name: str):
     run = find_run(g.user.org, name)
     charts, problem = _charts(run)
     return render_template("telemetry.html", run=run, charts=charts, problem=problem,
-                           live=run.status in LIVE)
+                           live=run.status in LIVE, usage=usage_json(run))
 
 
 @bp.get("/runs/<name>/telemetry.json")

@@ -37,6 +37,7 @@ div_node() {
     # run's processes inherit that), so that `wait` gives way to div_warn.
     (trap '' USR1; div_exec) &
     div_child=$!
+    div_sample
     local rc
     while :; do
         wait "$div_child"
@@ -45,12 +46,31 @@ div_node() {
         [ "$div_warned" = 1 ] || break
         div_warned=0
     done
+    div_sampled
     # Per attempt: one on a node Slurm gave up on may still write.
     echo "$rc" >"$div_state/exit.$DIV_RESTART_COUNT.$SLURM_NODEID"
     # The first rank to fail gives the run its exit code: the others may
     # fail because it did. Made once (noclobber opens with O_EXCL).
     [ "$rc" = 0 ] || (set -C; echo "$rc" >"$div_state/exit.$DIV_RESTART_COUNT.first") 2>/dev/null
     exit "$rc"
+}
+
+# What the run uses on this node (slurm/batch/usage.py), beside it and
+# outside its sandbox, until it ends; with the node's Python, when it has one.
+div_sample() {
+    div_sampler=
+    # shellcheck disable=SC2154  # from the values block
+    [ "$div_usage_interval" -gt 0 ] && command -v python3 >/dev/null || return 0
+    (trap '' USR1; exec python3 -I -c "$div_usage" "$div_state/usage.$SLURM_NODEID.jsonl" \
+        "$div_usage_interval" "$div_child" </dev/null >/dev/null 2>&1) &
+    div_sampler=$!
+}
+
+# Its last line, written as it is told the run has ended.
+div_sampled() {
+    [ -n "$div_sampler" ] || return 0
+    kill "$div_sampler" 2>/dev/null
+    wait "$div_sampler" 2>/dev/null
 }
 
 # Every process under the runtime's (div_child), found in one pass over one

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Summa
 
 from divergent.app.extensions import db
 from divergent.app.models import Org, Run, utcnow
+from divergent.app.services.cluster.gpu_use import gpus_in_use
 from divergent.app.services.money.usage import month_bounds
 from divergent.app.services.site.gauges import (
     CYCLE_ENDED,
@@ -41,6 +42,7 @@ class SiteCollector:
         followers.add_metric([], followers_now())
         yield followers
         yield from self._spend()
+        yield from self._gpu_use()
         errors = CounterMetricFamily("divergent_slurm_call_errors",
                                      "Slurm calls that failed (refused, timed out, not answered), "
                                      "by call.", labels=["call"])
@@ -114,6 +116,20 @@ class SiteCollector:
                 limit.add_metric([name], limit_micros / 1e6)
         yield spend
         yield limit
+
+    def _gpu_use(self):
+        allocated = GaugeMetricFamily("divergent_gpus_allocated",
+                                      "GPUs running runs hold, by org and GPU type.",
+                                      labels=["org", "gpu"])
+        used = GaugeMetricFamily("divergent_gpus_used",
+                                 "GPUs' worth of work they do, as the samplers last measured "
+                                 "it (only where GPUs have telemetry).", labels=["org", "gpu"])
+        for entry in gpus_in_use():
+            allocated.add_metric([entry.org, entry.gpu], entry.allocated)
+            if entry.used_gpus is not None:
+                used.add_metric([entry.org, entry.gpu], entry.used_gpus)
+        yield allocated
+        yield used
 
 
 def exposition() -> bytes:

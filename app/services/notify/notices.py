@@ -18,8 +18,8 @@ from divergent.app.services.notify.delivery import NotDelivered, Unresolved, che
 
 # In the order a message names them: a run that failed and failed its checks
 # is one message, "failed".
-EVENTS = ("failed", "budget_exceeded", "limit_reached", "checks_failed", "ended")
-DEFAULT_EVENTS = ("failed", "checks_failed", "budget_exceeded", "limit_reached")
+EVENTS = ("failed", "budget_exceeded", "limit_reached", "checks_failed", "ended", "idle")
+DEFAULT_EVENTS = ("failed", "checks_failed", "budget_exceeded", "limit_reached", "idle")
 # Channels an org may have: each run's end writes a row for each.
 MAX_CHANNELS = 20
 # An address as mail servers take it, without a name or a second line.
@@ -185,4 +185,26 @@ def enqueue_for(run: Run) -> int:
         db.session.add(Notification(org_id=run.org_id, channel_id=channel.id, run_name=run.name,
                                     event=wanted[0], text=text, body=body))
         added += 1
+    return added
+
+
+def enqueue_idle_warning(run: Run, below: float, warn_minutes: float,
+                         stop_minutes: float) -> int:
+    """Tells the run's owner, on their channels that hear `idle`, that the
+    site's idle policy will stop it (committed with the reading that saw it)."""
+    url = f"{current_app.config['DIV_PUBLIC_URL'].rstrip('/')}/runs/{run.name}"
+    what = "CPUs" if (run.idle or {}).get("measure") == "cpu" else "GPUs"
+    text = (f"divergent: run {run.name}'s {what} have been under {below:.0%} utilization "
+            f"for {warn_minutes:g} minutes; it will be stopped if they stay idle "
+            f"{stop_minutes:g} minutes more; {url}")
+    body = {"text": text, "event": "idle", "run": run.name, "status": run.status,
+            "stop_in_minutes": stop_minutes, "url": url}
+    channels: Iterable[NotifyChannel] = db.session.execute(db.select(NotifyChannel).filter_by(
+        org_id=run.org_id, user_id=run.user_id)).scalars()
+    added = 0
+    for channel in channels:
+        if "idle" in channel.events:
+            db.session.add(Notification(org_id=run.org_id, channel_id=channel.id,
+                                        run_name=run.name, event="idle", text=text, body=body))
+            added += 1
     return added

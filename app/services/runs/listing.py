@@ -18,6 +18,7 @@ from divergent.app.services.errors import (
 from divergent.app.services.money.pricing import usd_text
 from divergent.app.services.runs.interactive import NOTEBOOK, notebook_path
 from divergent.app.services.runs.text import hardware, waiting_text
+from divergent.app.services.runs.usage import usage_json
 from divergent.app.services.site.slurm_access import slurm_site
 
 
@@ -98,6 +99,7 @@ def run_json(run: Run) -> dict:
         "time_limit_minutes": run.time_limit_minutes,
         "metrics": run.metrics or {}, "metrics_points": run.metrics_points or 0,
         "metrics_malformed": run.metrics_malformed or 0, "checks": run.checks or [],
+        "usage": usage_json(run), "allow_idle": bool(run.allow_idle),
         "slurm_job_id": run.slurm_job_id, "restarts": run.restarts or 0,
         "mounts": run.mounts or [],
         "sweep": run.sweep.name if run.sweep_id else None,

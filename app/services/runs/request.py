@@ -75,6 +75,8 @@ class RunRequest:
     copies: list[str] = field(default_factory=list)
     # "batch", or an interactive "shell" or "notebook" (div shell, div notebook).
     kind: str = BATCH
+    # The site's idle policy leaves it alone (div run --allow-idle).
+    allow_idle: bool = False
 
 
 def _int(body: dict, key: str, default):
@@ -89,6 +91,13 @@ def _str(body: dict, key: str, default=None) -> str | None:
     if value is not None and not isinstance(value, str):
         raise Invalid(f"{key} must be a string")
     return value
+
+
+def _bool(body: dict, key: str) -> bool:
+    value = body.get(key, False)
+    if value is not None and not isinstance(value, bool):
+        raise Invalid(f"{key} must be true or false")
+    return bool(value)
 
 
 def _str_or(body: dict, key: str, default: str) -> str:
@@ -127,7 +136,8 @@ def parse_request(body: object) -> RunRequest:
         max_spend_micros=dollars(_str(body, "max_spend")), name=_str(body, "name"),
         image=_str_or(body, "image", DEFAULT_IMAGE), env=env, checks=checks,
         telemetry=_str(body, "telemetry"), code_ref=_str(body, "code"), secrets=secrets,
-        mounts=[parse_mount(mount) for mount in mounts], kind=_str_or(body, "kind", BATCH))
+        mounts=[parse_mount(mount) for mount in mounts], kind=_str_or(body, "kind", BATCH),
+        allow_idle=_bool(body, "allow_idle"))
     if req.kind == NOTEBOOK:
         req.command = NOTEBOOK_COMMAND
     elif req.kind == SHELL:
@@ -226,7 +236,7 @@ def rerun_request(run: Run) -> RunRequest:
         checks=[c["check"] for c in run.checks or []], telemetry=run.telemetry,
         code_ref=run.code_ref, secrets=list(run.secret_names or []),
         mounts=[parse_mount(f"{m['url']}:{m['path']}") for m in run.mounts or []],
-        kind=run.kind)
+        kind=run.kind, allow_idle=bool(run.allow_idle))
     _validate(req)
     return req
 

@@ -55,6 +55,7 @@ from divergent.app.services.runs.sizing import Sizing, size_run, sized_under_loc
 from divergent.app.services.runs.stop import stop_run
 from divergent.app.services.runs.submissions import record_job
 from divergent.app.services.runs.transfers import Transfer, run_fields
+from divergent.app.services.site.settings import load_site
 from divergent.app.services.site.slurm_access import slurm_client, slurm_site
 from divergent.slurm.client import SlurmError, SubmitNotReceived, SubmitRefused
 from divergent.slurm.jobspec import ArrayMember, InvalidJobSpec, JobSpec
@@ -79,7 +80,7 @@ def job_script(org: Org, name: str, req: RunRequest, sizing: Sizing,
             after_jobs=tuple(req.after_jobs),
             image_source=image.source if image else None, image_size=image.size if image else 0,
             image_private=bool(image and image.login),
-            interactive=interactive),
+            interactive=interactive, usage_interval=load_site().usage.interval_seconds),
             slurm_site())
     except InvalidJobSpec as exc:
         raise Invalid(str(exc)) from None
@@ -228,7 +229,7 @@ def new_run(user: User, req: RunRequest, sizing: Sizing, project_id: int,
                secret_names=req.secrets, request_key=request_key,
                secrets_sealed=seal(json.dumps(secret_values)) if secret_values else None,
                checks=[{"check": c, "verdict": None, "value": None} for c in req.checks],
-               mounts=[], kind=req.kind, **fields)
+               mounts=[], kind=req.kind, allow_idle=req.allow_idle, **fields)
 
 
 def create_run(user: User, req: RunRequest, request_key: str | None = None,

@@ -9,7 +9,9 @@ from divergent.app.models import Run
 from divergent.app.services.money.catalog import gpu_type
 from divergent.app.services.money.pricing import format_minutes, format_usd, usd_text
 from divergent.app.services.runs.checks import summary as checks_summary
+from divergent.app.services.runs.idle import stopped_line
 from divergent.app.services.runs.submissions import NOT_SUBMITTED
+from divergent.app.services.runs.usage import over_asked
 from divergent.slurm.reasons import explain_pending
 from divergent.terms import DEFAULT_IMAGE
 
@@ -63,6 +65,8 @@ def cli_command(run: Run) -> str:
         words += ["--check", check["check"]]
     if run.max_spend_micros:
         words += ["--max-spend", usd_text(run.max_spend_micros)]
+    if run.allow_idle:
+        words.append("--allow-idle")
     if run.code_ref is None:
         words.append("--no-upload")
     return shlex.join(words) + " -- " + shlex.quote(run.command)
@@ -91,10 +95,13 @@ def waiting_text(run: Run) -> str | None:
 
 def summary_line(run: Run) -> str | None:
     """The last line for a run that has ended, by the docs' Output table,
-    with the checks' tally when it has checks."""
+    with the checks' tally when it has checks, and one hint when it clearly
+    asked for more than it used."""
     line = _ended_line(run)
-    tally = checks_summary(run.checks or [])
-    return line + tally if line and tally else line
+    if line is None:
+        return None
+    hint = over_asked(run)
+    return line + (checks_summary(run.checks or []) or "") + (f" · {hint}" if hint else "")
 
 
 def _failed_copy(run: Run) -> dict | None:
@@ -124,6 +131,9 @@ def _ended_line(run: Run) -> str | None:
         if copy is not None:
             return (f"{run.name} did not start: the copy of {copy['url']} into {copy['path']} "
                     f"({copy['copy']}) did not succeed, and spent {spent}")
+        idle = stopped_line(run)
+        if idle is not None:
+            return f"{run.name} was stopped after {took}: {idle}, and spent {spent}"
         return f"{run.name} was canceled after {took} and spent {spent}"
     if run.status == "failed":
         if run.slurm_state == NOT_SUBMITTED:

@@ -72,6 +72,7 @@ from divergent.app.services.site.interactive import (
     InteractiveSettingsError,
     interactive_settings,
 )
+from divergent.app.services.site.usage import UsageSettings, UsageSettingsError, usage_settings
 from divergent.slurm.client import SlurmClient
 from divergent.slurm.jobspec import (
     GPU_NAME,
@@ -191,6 +192,7 @@ class Site:
     identity: Identity = field(default_factory=Identity)
     images: ImageSettings = field(default_factory=ImageSettings)
     interactive: InteractiveSettings = field(default_factory=InteractiveSettings)
+    usage: UsageSettings = field(default_factory=UsageSettings)
 
 
 def site_file() -> str:
@@ -253,10 +255,11 @@ def parse_site(data: dict) -> Site:
     try:
         images = image_settings(data.get("images", {}))
         interactive = interactive_settings(data.get("interactive", {}))
-    except (ImageSettingsError, InteractiveSettingsError) as exc:
+        usage = usage_settings(data.get("usage", {}))
+    except (ImageSettingsError, InteractiveSettingsError, UsageSettingsError) as exc:
         raise SiteConfigError(str(exc)) from None
     return Site(site, _transport(transport), _identity(data.get("identity", {})), images,
-                interactive)
+                interactive, usage)
 
 
 def _catalog(table: object) -> dict[str, GpuType]:
@@ -360,7 +363,8 @@ def site_data(site: Site) -> dict:
                          and (transport.kind == "ssh" or f.name == "kind")}
     data["identity"] = {f.name: value for f in fields(Identity)
                         if (value := getattr(site.identity, f.name)) != f.default}
-    for table, settings in (("images", site.images), ("interactive", site.interactive)):
+    for table, settings in (("images", site.images), ("interactive", site.interactive),
+                            ("usage", site.usage)):
         default_settings = type(settings)()
         data[table] = {f.name: list(value) if isinstance(value, tuple) else value
                        for f in fields(settings)

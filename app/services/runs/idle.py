@@ -1,0 +1,89 @@
+"""The site's idle policy ([usage] idle_* in its site file): a running run
+whose GPUs (or, with idle_measure = "cpu", whose CPUs) stay under
+idle_below for idle_warn_minutes gets its owner a notification; idle for
+idle_stop_minutes more, it is stopped and ends canceled, its last line
+saying why. Judged from reading to reading of its samplers' totals, so a
+busy moment between two readings counts; a run with nothing measured
+(no GPU telemetry) is never judged idle. Interactive runs end on their own
+idle time, and a run started with --allow-idle is left alone."""
+from __future__ import annotations
+
+import logging
+from typing import cast
+
+from divergent.app.models import Run
+from divergent.app.services.money.catalog import gpu_type
+from divergent.app.services.notify.notices import enqueue_idle_warning
+from divergent.app.services.runs.usage import totals, utilization_since
+from divergent.app.services.site.slurm_access import slurm_client
+from divergent.app.services.site.usage import UsageSettings
+from divergent.slurm.client import SlurmError
+
+log = logging.getLogger("divergent.idle")
+
+WARN, STOP = "warn", "stop"
+
+
+def judged(run: Run, settings: UsageSettings) -> bool:
+    if not settings.idle_policy or run.status != "running" or run.kind != "batch" \
+            or run.allow_idle:
+        return False
+    return settings.idle_measure == "cpu" or not gpu_type(run.gpu_type).is_cpu
+
+
+def idle_step(run: Run, samples: list[dict], settings: UsageSettings) -> str | None:
+    """Moves the run's idle state on by one reading of its samples; WARN
+    when its owner is to be told now, STOP when it is to be stopped now."""
+    state = dict(run.idle or {})
+    if state.get("stopped") or not samples:
+        return None
+    now, earlier = totals(samples, run.cpus), state.get("mark")
+    used, state["mark"] = utilization_since(earlier, now, settings.idle_measure)
+    if used is None or earlier is None:
+        run.idle = state
+        return None
+    if used >= settings.idle_below:
+        state.update(since=None, warned=False)
+        run.idle = state
+        return None
+    # Idle since the reading before this one, at least.
+    since = state.get("since") or earlier["time"]
+    state.update(since=since, below=settings.idle_below, measure=settings.idle_measure)
+    idle_minutes = (now["time"] - since) / 60
+    action = None
+    if idle_minutes >= settings.idle_warn_minutes + settings.idle_stop_minutes:
+        state.update(stopped=True, minutes=round(idle_minutes, 1))
+        action = STOP
+    elif idle_minutes >= settings.idle_warn_minutes and not state.get("warned"):
+        state["warned"] = True
+        action = WARN
+    run.idle = state
+    return action
+
+
+def apply_idle_policy(run: Run, samples: list[dict], settings: UsageSettings) -> None:
+    """One reading's step of the policy for a running run, and what it asks:
+    its owner told, or its job canceled (the reconciler settles it)."""
+    if not judged(run, settings):
+        return
+    action = idle_step(run, samples, settings)
+    if action == WARN:
+        enqueue_idle_warning(run, settings.idle_below, settings.idle_warn_minutes or 0,
+                             settings.idle_stop_minutes)
+    elif action == STOP:
+        log.info("stopping %s: idle for %s minutes", run.name, (run.idle or {}).get("minutes"))
+        try:
+            slurm_client(run.unix_user).cancel(cast(str, run.slurm_job_id))
+        except SlurmError as exc:
+            log.warning("could not stop idle %s: %s", run.name, exc)
+            run.idle = {**(run.idle or {}), "stopped": False}   # asked again next reading
+
+
+def stopped_line(run: Run) -> str | None:
+    """Why the idle policy stopped the run, for its last line; None if it did not."""
+    state = run.idle or {}
+    if not state.get("stopped"):
+        return None
+    what = "GPUs" if state.get("measure", "gpu") == "gpu" else "CPUs"
+    return (f"its {what} stayed under {state.get('below', 0):.0%} utilization for "
+            f"{state.get('minutes', 0):g} minutes")

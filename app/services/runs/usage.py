@@ -1,0 +1,268 @@
+"""What a run uses: its CPU, its memory against what it asked for, and its
+GPUs where the site has GPU telemetry. While it runs, from the samplers
+beside it (slurm/batch/usage.py: a usage.<node>.jsonl a node, each line
+running totals, so a node's last line is enough); once it has ended, from
+Slurm's accounting (sacct's TotalCPU and TRESUsageInMax) where Slurm measured
+it, the samplers' where it did not. GPU figures are null, never invented,
+where nothing measured them.
+
+Reading is bounded like metrics: the tail of each node's file (a run cannot
+write these files: its sandbox never sees them, but a line is checked as
+if it could), at most one read a run every few samples."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Callable
+
+from divergent.app.models import Run
+from divergent.app.services.files.volumes import open_state_fd
+from divergent.app.services.money.catalog import gpu_type
+from divergent.slurm.records import JobUsage
+
+USAGE_FILE = re.compile(r"^usage\.([0-9]{1,4})\.jsonl$")
+# A node's last line is in its file's last TAIL bytes (a line is ~200 bytes,
+# more with many GPUs); a run has at most MAX_NODES files read.
+TAIL = 16 * 1024
+MAX_NODES = 256
+# What the Telemetry tab draws at most of each node's file.
+SERIES_BYTES = 4 * 1024 * 1024
+GIB = 1 << 30
+NO_GPU_TELEMETRY = "no GPU telemetry on this cluster"
+# The last line of `div run` says a run over-asked only for one that ran
+# this long, and only when it clearly did.
+HINT_AFTER_SECONDS = 60
+HINT_BELOW = 0.25
+HINT_MEMORY_GIB = 8
+PUBLIC = ("cpu_efficiency", "max_memory_bytes", "memory_requested_bytes", "gpu_utilization",
+          "gpu_memory_max_bytes", "gpu_note", "source")
+
+
+def _figure(value: object, most: float = 1e18) -> float | None:
+    """A number a sample may hold: finite, not negative, not absurd."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and 0 <= value <= most else None
+
+
+def parse_sample(line: bytes) -> dict | None:
+    """One line of a node's file as a sample, or None."""
+    try:
+        raw = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    sample = {key: _figure(raw.get(key)) for key in (
+        "time", "start", "attempt", "cpu_s", "memory", "memory_peak",
+        "gpu_busy_s", "gpu_s", "gpu_memory_peak")}
+    if sample["time"] is None or sample["start"] is None or sample["time"] < sample["start"]:
+        return None
+    gpus = raw.get("gpus")
+    sample["gpus"] = [[_figure(v) for v in gpu[:3]] for gpu in gpus[:64]
+                      if isinstance(gpu, list)] if isinstance(gpus, list) else None
+    return sample
+
+
+def _files(state_dir: str) -> list[tuple[int, str]]:
+    # The state folder is the server's own; only the files in it are the job's.
+    try:
+        names = os.listdir(state_dir)
+    except OSError:
+        return []
+    found = sorted((int(m.group(1)), name) for name in names if (m := USAGE_FILE.match(name)))
+    return found[:MAX_NODES]
+
+
+def _read(path: str, size_from_end: int | None, most: int) -> bytes:
+    fd = open_state_fd(path)
+    if fd is None:
+        return b""
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - size_from_end) if size_from_end is not None else 0
+        return os.pread(fd, most, start)
+    finally:
+        os.close(fd)
+
+
+def last_samples(state_dir: str) -> list[dict]:
+    """Each node's newest sample of the run's newest attempt."""
+    samples = []
+    for _, name in _files(state_dir):
+        data = _read(os.path.join(state_dir, name), TAIL, TAIL)
+        lines = data[:data.rfind(b"\n") + 1].splitlines()
+        sample = next((s for line in reversed(lines) if (s := parse_sample(line))), None)
+        if sample is not None:
+            samples.append(sample)
+    newest = max((s["attempt"] or 0 for s in samples), default=0)
+    return [s for s in samples if (s["attempt"] or 0) == newest]
+
+
+def _sum(samples: list[dict], key: str) -> float | None:
+    values = [s[key] for s in samples if s[key] is not None]
+    return sum(values) if values else None
+
+
+def _max(*values: float | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return int(max(present)) if present else None
+
+
+def _ratio(used: float | None, available: float) -> float | None:
+    if used is None or available <= 0:
+        return None
+    return round(min(1.0, used / available), 3)
+
+
+def summarize(run: Run, samples: list[dict], accounted: JobUsage | None = None,
+              seconds: float | None = None) -> dict:
+    """The run's `usage` object from its nodes' samples and, once it has
+    ended, Slurm's accounting of its newest attempt (`seconds` long)."""
+    nodes = max(1, len(samples))
+    sampled_cpu = _sum(samples, "cpu_s")
+    sampled_wall = sum(s["time"] - s["start"] for s in samples) * run.cpus / nodes
+    cpu_efficiency = _ratio(sampled_cpu, sampled_wall)
+    gpu_utilization = _ratio(_sum(samples, "gpu_busy_s"), _sum(samples, "gpu_s") or 0)
+    gpu_memory = _max(*(s["gpu_memory_peak"] for s in samples))
+    memory = _max(*(s["memory_peak"] for s in samples))
+    source = "sampler" if samples else None
+    if accounted is not None:
+        source = "slurm"
+        if accounted.cpu_seconds is not None and seconds:
+            cpu_efficiency = _ratio(accounted.cpu_seconds, seconds * run.cpus)
+        memory = _max(memory, accounted.max_memory_bytes)
+        gpu_memory = _max(gpu_memory, accounted.gpu_memory_bytes)
+        if gpu_utilization is None and accounted.gpu_utilization is not None:
+            gpu_utilization = round(min(1.0, accounted.gpu_utilization), 3)
+    has_gpus = not gpu_type(run.gpu_type).is_cpu
+    measured = gpu_utilization is not None or gpu_memory is not None
+    return {"cpu_efficiency": cpu_efficiency, "max_memory_bytes": memory,
+            "memory_requested_bytes": run.memory_gib * GIB,
+            "gpu_utilization": gpu_utilization if has_gpus else None,
+            "gpu_memory_max_bytes": gpu_memory if has_gpus else None,
+            "gpu_note": NO_GPU_TELEMETRY if has_gpus and not measured else None,
+            "source": source}
+
+
+def usage_json(run: Run) -> dict:
+    """The run's `usage` as its JSON shows it: nothing measured yet is nulls."""
+    stored = run.usage or {}
+    if not stored:
+        stored = summarize(run, [])
+        stored["gpu_note"] = None if gpu_type(run.gpu_type).is_cpu else stored["gpu_note"]
+    return {key: stored.get(key) for key in PUBLIC}
+
+
+def format_gib(size: float) -> str:
+    return f"{size / GIB:.1f} GiB"
+
+
+def over_asked(run: Run) -> str | None:
+    """One hint for the last line of a run that clearly asked for more than
+    it used, most costly first; None otherwise (and for short runs)."""
+    usage = run.usage or {}
+    if (run.elapsed_seconds or 0) < HINT_AFTER_SECONDS or usage.get("source") is None:
+        return None
+    gpu, memory = usage.get("gpu_utilization"), usage.get("max_memory_bytes")
+    if gpu is not None and gpu < HINT_BELOW:
+        return f"used {gpu:.0%} of its {f'{run.gpus} GPUs' if run.gpus > 1 else 'GPU'}"
+    if memory is not None and run.memory_gib >= HINT_MEMORY_GIB \
+            and memory < HINT_BELOW * run.memory_gib * GIB:
+        return f"peak memory {format_gib(memory)} of {run.memory_gib} GiB"
+    cpu = usage.get("cpu_efficiency")
+    if cpu is not None and run.cpus >= 4 and cpu < HINT_BELOW:
+        return f"used {cpu * run.cpus:.1f} of its {run.cpus} cores"
+    return None
+
+
+def utilization_since(earlier: dict | None, now: dict,
+                      measure: str) -> tuple[float | None, dict]:
+    """The run's utilisation between two readings of its totals (`measure`:
+    its GPUs' or its CPUs'), and the totals to compare the next one with."""
+    busy, span = now.get(f"{measure}_busy"), now.get(f"{measure}_span")
+    totals = {"time": now["time"], "busy": busy, "span": span}
+    if earlier is None or busy is None or span is None or earlier.get("busy") is None:
+        return None, totals
+    spent = span - earlier["span"]
+    return (_ratio(busy - earlier["busy"], spent) if spent > 0 else None), totals
+
+
+def totals(samples: list[dict], cpus: int) -> dict:
+    """What the idle policy compares reading to reading: busy and available
+    GPU-seconds and CPU-seconds over the run's nodes."""
+    nodes = max(1, len(samples))
+    return {"time": max((s["time"] for s in samples), default=0.0),
+            "gpu_busy": _sum(samples, "gpu_busy_s"), "gpu_span": _sum(samples, "gpu_s"),
+            "cpu_busy": _sum(samples, "cpu_s"),
+            "cpu_span": sum(s["time"] - s["start"] for s in samples) * cpus / nodes
+            if samples else None}
+
+
+# The Telemetry tab's system charts: (title, what each series is, its value
+# from a sample and the one before it).
+def _cpu_cores(sample: dict, before: dict | None) -> list[float | None]:
+    if before is None or sample["cpu_s"] is None or before["cpu_s"] is None \
+            or sample["time"] <= before["time"]:
+        return [None]
+    return [round((sample["cpu_s"] - before["cpu_s"]) / (sample["time"] - before["time"]), 3)]
+
+
+def _per_gpu(index: int, scale: float) -> Callable[[dict, dict | None], list[float | None]]:
+    def values(sample: dict, _before: dict | None) -> list[float | None]:
+        return [None if gpu[index] is None else round(gpu[index] * scale, 3)
+                for gpu in sample["gpus"] or []]
+    return values
+
+
+SYSTEM_CHARTS = (
+    ("CPU cores in use", "cores", _cpu_cores),
+    ("Memory (GiB)", "memory",
+     lambda s, _b: [None if s["memory"] is None else round(s["memory"] / GIB, 3)]),
+    ("GPU utilization (%)", "gpu", _per_gpu(0, 1)),
+    ("GPU memory (GiB)", "gpu memory", _per_gpu(1, 1 / GIB)),
+    ("GPU power (W)", "gpu power", _per_gpu(2, 1)),
+)
+
+
+def node_series(state_dir: str) -> list[tuple[int, list[dict]]]:
+    """Each node's samples of the newest attempt, in order, bounded."""
+    nodes = []
+    for node, name in _files(state_dir):
+        data = _read(os.path.join(state_dir, name), None, SERIES_BYTES)
+        samples = [s for line in data[:data.rfind(b"\n") + 1].splitlines()
+                   if (s := parse_sample(line)) is not None]
+        if samples:
+            nodes.append((node, samples))
+    newest = max((s["attempt"] or 0 for _, samples in nodes for s in samples), default=0)
+    return [(node, kept) for node, samples in nodes
+            if (kept := [s for s in samples if (s["attempt"] or 0) == newest])]
+
+
+def system_charts(state_dir: str) -> list[dict]:
+    """uPlot's shape (as telemetry.chart_data): x is seconds since the run
+    started on its nodes; a series a node (and a GPU); a chart only for what
+    was measured."""
+    nodes = node_series(state_dir)
+    if not nodes:
+        return []
+    origin = min(samples[0]["start"] for _, samples in nodes)
+    charts = []
+    for title, what, values in SYSTEM_CHARTS:
+        rows: dict[float, dict[str, float | None]] = {}
+        names: list[str] = []
+        for node, samples in nodes:
+            for before, sample in zip([None, *samples], samples, strict=False):
+                for i, value in enumerate(values(sample, before)):
+                    name = f"node {node}" + (f" gpu {i}" if what.startswith("gpu") else "")
+                    if name not in names:
+                        names.append(name)
+                    rows.setdefault(round(sample["time"] - origin, 1), {})[name] = value
+        if not any(v is not None for row in rows.values() for v in row.values()):
+            continue
+        xs = sorted(rows)
+        charts.append({"title": title, "x": "seconds", "metrics": names, "system": True,
+                       "data": [xs, *[[rows[x].get(n) for x in xs] for n in names]]})
+    return charts

@@ -1,0 +1,57 @@
+"""The reconciler's part of what runs use: a running run's samples read
+every few samples (staggered by run, so that 5,000 runs are not all read in
+one cycle) with the idle policy's step, and an ended run's figures from
+Slurm's accounting, asked once for every run that ended in a cycle."""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+from typing import cast
+
+from divergent.app.models import Run
+from divergent.app.services.runs.idle import apply_idle_policy
+from divergent.app.services.runs.usage import last_samples, summarize
+from divergent.app.services.site.slurm_access import slurm_client
+from divergent.app.services.site.usage import UsageSettings
+from divergent.slurm.client import SlurmError
+from divergent.slurm.records import JobRecord
+
+log = logging.getLogger("divergent.usage")
+GOLDEN = (math.sqrt(5) - 1) / 2
+
+
+def reading_due(run: Run, settings: UsageSettings, now: float) -> bool:
+    """Whether a period (refresh_seconds) has turned since the run was last
+    read; each run's periods start at a phase of its own."""
+    period = settings.refresh_seconds
+    phase = (run.id * GOLDEN) % 1 * period
+    last = (run.usage or {}).get("read_at")
+    return not isinstance(last, (int, float)) or \
+        (now + phase) // period != (last + phase) // period
+
+
+def follow_running(run: Run, state_dir: str, settings: UsageSettings, now: float) -> None:
+    if settings.interval_seconds == 0 or run.status != "running" \
+            or not reading_due(run, settings, now):
+        return
+    samples = last_samples(state_dir)
+    run.usage = {**summarize(run, samples), "read_at": now}
+    apply_idle_policy(run, samples, settings)
+
+
+def settle_ended(ended: Iterable[tuple[Run, JobRecord, str]]) -> None:
+    """The final figures of runs that ended this cycle: Slurm's, one sacct
+    for all of them; the samplers' alone when accounting does not answer."""
+    ended = [item for item in ended if item[0].started_at is not None]
+    if not ended:
+        return
+    try:
+        accounted = slurm_client().usage([cast(str, run.slurm_job_id) for run, _, _ in ended])
+    except SlurmError as exc:
+        log.warning("accounting did not say what runs used: %s", exc)
+        accounted = {}
+    for run, record, state_dir in ended:
+        seconds = (record.elapsed_seconds or 0) - record.earlier_seconds
+        run.usage = summarize(run, last_samples(state_dir),
+                              accounted.get(cast(str, run.slurm_job_id)), seconds)
