@@ -5,18 +5,25 @@ scripted. The same cycles against the dev cluster are in test_div_run.py and
 test_faults.py."""
 from __future__ import annotations
 
+import json
+import os
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 from flask import current_app
 
 from divergent.app.extensions import db
-from divergent.app.models import Project, Run, utcnow
+from divergent.app.models import Org, Project, Run, utcnow
 from divergent.app.reconciler import reconcile_once, settle
 from divergent.app.services import leases
 from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
 from divergent.app.services.site import slurm_access
-from divergent.slurm.records import JobRecord
+from divergent.app.services.files.volumes import run_dir
+from divergent.app.services.site.settings import load_site, save_site
+from divergent.app.services.runs.text import summary_line
+from divergent.app.services.site.usage import UsageSettings
+from divergent.slurm.records import JobRecord, JobUsage
 
 
 def test_one_holder_at_a_time_until_the_lease_expires(app_context):
@@ -91,6 +98,10 @@ class ScriptedSlurm:
         self.named: dict[str, str] = {}
         self.canceled: list[str] = []
         self.shortened: dict[str, int] = {}
+        self.used: dict[str, JobUsage] = {}
+
+    def usage(self, job_ids):
+        return {j: self.used[j] for j in job_ids if j in self.used}
 
     def query(self, job_ids, squeue_alone=False):
         return {j: self.records[j] for j in job_ids if j in self.records}
@@ -180,3 +191,51 @@ def test_a_run_its_submit_did_not_record_gets_the_job_slurm_has_under_its_name(s
 
 def app_config_grace() -> float:
     return current_app.config["DIV_SUBMIT_GRACE"]
+
+
+def _samples(run: Run, *lines: dict) -> None:
+    folder = run_dir(db.session.get(Org, run.org_id), run.name)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "usage.0.jsonl"), "w") as f:
+        for line in lines:
+            f.write(json.dumps({"start": 1_000.0, "attempt": 0, "memory": 1 << 30,
+                                "memory_peak": 2 << 30, **line}) + "\n")
+
+
+def test_usage_is_read_from_the_samplers_while_running_and_from_sacct_at_the_end(slurm):
+    running, ended = live_runs(2, status="running", started_at=utcnow())
+    running.slurm_job_id, ended.slurm_job_id = "2", "3"
+    db.session.commit()
+    _samples(running, {"time": 1_100.0, "cpu_s": 25.0})
+    _samples(ended, {"time": 1_050.0, "cpu_s": 10.0})
+    slurm.records = {"2": JobRecord("2", "RUNNING", start=1_000, elapsed_seconds=100),
+                     "3": JobRecord("3", "COMPLETED", exit_code=0, start=1_000, end=1_090,
+                                    elapsed_seconds=90)}
+    slurm.used = {"3": JobUsage(cpu_seconds=45.0, max_memory_bytes=3 << 30)}
+    reconcile_once()
+    live = db.session.get(Run, running.id).usage
+    assert live["source"] == "sampler" and live["cpu_efficiency"] == 0.25
+    assert live["max_memory_bytes"] == 2 << 30 and live["gpu_note"] == "no GPU telemetry on this cluster"
+    final = db.session.get(Run, ended.id).usage
+    assert final["source"] == "slurm" and final["cpu_efficiency"] == 0.5
+    assert final["max_memory_bytes"] == 3 << 30
+
+
+def test_the_idle_policy_cancels_through_slurm_and_the_run_ends_saying_why(slurm):
+    save_site(replace(load_site(), usage=UsageSettings(
+        interval_seconds=1, idle_below=0.5, idle_warn_minutes=0.05, idle_stop_minutes=0.05,
+        idle_measure="cpu")))
+    run, = live_runs(1, status="running", started_at=utcnow(), slurm_job_id="5")
+    slurm.records = {"5": JobRecord("5", "RUNNING", start=1_000, elapsed_seconds=100)}
+    for t in (0, 4, 8):
+        _samples(run, {"time": 1_000.0 + t, "cpu_s": 0.0})
+        run.usage = None                     # read every cycle, whatever the clock says
+        db.session.commit()
+        reconcile_once()
+    assert slurm.canceled == ["5"]
+    slurm.records["5"] = JobRecord("5", "CANCELLED", start=1_000, end=1_010, elapsed_seconds=10)
+    reconcile_once()
+    run = db.session.get(Run, run.id)
+    assert run.status == "canceled"
+    assert summary_line(run).startswith(f"{run.name} was stopped after 10s: its CPUs stayed "
+                                        "under 50% utilization for 0.1 minutes")

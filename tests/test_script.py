@@ -24,7 +24,8 @@ def example_spec(**overrides) -> JobSpec:
                   state_dir="/srv/div/runs/acme/run-k4t9", volumes_dir="/srv/div/share/acme",
                   code_dir="/srv/div/trees/acme/classifier-code/9f31c2ab",
                   trees_dir="/srv/div/trees/acme",
-                  project="classifier", time_limit_minutes=62, env={"LR": "3e-4"})
+                  project="classifier", time_limit_minutes=62, env={"LR": "3e-4"},
+                  usage_interval=10)
     fields.update(overrides)
     return JobSpec(**fields)
 

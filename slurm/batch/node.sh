@@ -61,8 +61,11 @@ div_sample() {
     div_sampler=
     # shellcheck disable=SC2154  # from the values block
     [ "$div_usage_interval" -gt 0 ] && command -v python3 >/dev/null || return 0
-    (trap '' USR1; exec python3 -I -c "$div_usage" "$div_state/usage.$SLURM_NODEID.jsonl" \
-        "$div_usage_interval" "$div_child" </dev/null >/dev/null 2>&1) &
+    # The program travels in the environment: ps on the node shows one short line.
+    (trap '' USR1; DIV_USAGE_PROGRAM=$div_usage exec python3 -I -c \
+        'import os; exec(os.environ.pop("DIV_USAGE_PROGRAM"))' \
+        "$div_state/usage.$SLURM_NODEID.jsonl" "$div_usage_interval" "$div_child" \
+        </dev/null >/dev/null 2>&1) &
     div_sampler=$!
 }
 

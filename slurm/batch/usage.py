@@ -41,9 +41,15 @@ def job_cgroups(lines):
         if match is None:
             continue
         job = match.group(1)
-        for controller in (controllers.split(",") if controllers else ["unified"]):
-            root = CGROUP_ROOT if controller == "unified" and not os.path.isdir(
-                os.path.join(CGROUP_ROOT, "unified")) else os.path.join(CGROUP_ROOT, controller)
+        if not controllers:     # v2's one hierarchy (or v1's hybrid "unified")
+            unified = os.path.join(CGROUP_ROOT, "unified")
+            found["unified"] = (unified if os.path.isdir(unified) else CGROUP_ROOT) + job
+            continue
+        # Co-mounted controllers sit under their joined name ("cpu,cpuacct")
+        # or each its own, as the node mounts them.
+        for controller in controllers.split(","):
+            joined = os.path.join(CGROUP_ROOT, controllers)
+            root = joined if os.path.isdir(joined) else os.path.join(CGROUP_ROOT, controller)
             found[controller] = root + job
     return found
 
@@ -67,11 +73,10 @@ def cpu_seconds(groups):
         usec = _stat(_read(os.path.join(groups["unified"], "cpu.stat"))).get("usage_usec")
         if usec is not None:
             return usec / 1e6
-    for name in ("cpuacct", "cpu,cpuacct", "cpuacct,cpu"):
-        if name in groups:
-            text = _read(os.path.join(groups[name], "cpuacct.usage"))
-            if text and text.strip().isdigit():
-                return int(text) / 1e9
+    if "cpuacct" in groups:
+        text = _read(os.path.join(groups["cpuacct"], "cpuacct.usage"))
+        if text and text.strip().isdigit():
+            return int(text) / 1e9
     return None
 
 

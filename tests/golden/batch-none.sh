@@ -62,6 +62,206 @@ while True:
 if held:
     os.write(1, held)
 '
+export div_usage_interval=10
+export div_usage='"""What a run uses on this node, beside it, every few seconds: a line of
+JSON appended to the state folder'"'"'s usage.<node>.jsonl (which the run'"'"'s
+sandbox never sees). Standard library only; started by node.sh outside the
+sandbox, as the job'"'"'s user, in the job'"'"'s cgroups, with nothing of the run'"'"'s
+on its command line. Every line carries running totals since this attempt
+began, so the server needs only a node'"'"'s last line for the run'"'"'s figures:
+    {"time", "start", "attempt", "cpu_s", "memory", "memory_peak",
+     "gpus": [[utilization %, memory bytes, watts], ...],
+     "gpu_busy_s", "gpu_s", "gpu_memory_peak"}
+CPU and memory come from the job'"'"'s cgroup (v1 or v2): all its steps, the
+run'"'"'s processes and nothing else. GPU figures come from nvidia-smi for the
+job'"'"'s own GPUs alone (CUDA_VISIBLE_DEVICES, as Slurm set it for the job);
+without it they are null, never invented.
+argv: the file, the interval in seconds, the pid whose end ends the sampler."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+# Past this the file grows four times slower: a run that lasts a month
+# stays a few MiB (the server reads a bounded amount of it anyway).
+SLOWER_PAST = 4 * 1024 * 1024
+NVIDIA_SMI_QUERY = "index,utilization.gpu,memory.used,power.draw"
+MIB = 1024 * 1024
+JOB_CGROUP = re.compile(r"^(.*?/job_\d+)(/|$)")
+
+
+def job_cgroups(lines):
+    """{controller: the job'"'"'s folder} from /proc/self/cgroup'"'"'s lines: the
+    job level (job_N), above the step this sampler runs in, so that every
+    step of the job (pyxis runs the command in another) is counted."""
+    found = {}
+    for line in lines:
+        _, controllers, path = line.rstrip("\n").split(":", 2)
+        match = JOB_CGROUP.match(path)
+        if match is None:
+            continue
+        job = match.group(1)
+        if not controllers:     # v2'"'"'s one hierarchy (or v1'"'"'s hybrid "unified")
+            unified = os.path.join(CGROUP_ROOT, "unified")
+            found["unified"] = (unified if os.path.isdir(unified) else CGROUP_ROOT) + job
+            continue
+        # Co-mounted controllers sit under their joined name ("cpu,cpuacct")
+        # or each its own, as the node mounts them.
+        for controller in controllers.split(","):
+            joined = os.path.join(CGROUP_ROOT, controllers)
+            root = joined if os.path.isdir(joined) else os.path.join(CGROUP_ROOT, controller)
+            found[controller] = root + job
+    return found
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _stat(text):
+    pairs = (line.split() for line in (text or "").splitlines())
+    return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and p[1].isdigit()}
+
+
+def cpu_seconds(groups):
+    """The job'"'"'s CPU time so far: cgroup v2'"'"'s cpu.stat, v1'"'"'s cpuacct."""
+    if "unified" in groups:
+        usec = _stat(_read(os.path.join(groups["unified"], "cpu.stat"))).get("usage_usec")
+        if usec is not None:
+            return usec / 1e6
+    if "cpuacct" in groups:
+        text = _read(os.path.join(groups["cpuacct"], "cpuacct.usage"))
+        if text and text.strip().isdigit():
+            return int(text) / 1e9
+    return None
+
+
+def memory_bytes(groups):
+    """What the run'"'"'s processes hold: anonymous memory and tmpfs (its /tmp),
+    not the page cache of files it read, which the kernel takes back."""
+    if "unified" in groups:
+        stat = _stat(_read(os.path.join(groups["unified"], "memory.stat")))
+        if "anon" in stat:
+            return stat["anon"] + stat.get("shmem", 0)
+    if "memory" in groups:
+        stat = _stat(_read(os.path.join(groups["memory"], "memory.stat")))
+        if "total_rss" in stat:
+            return stat["total_rss"] + stat.get("total_shmem", 0)
+    return None
+
+
+def parse_nvidia_smi(text):
+    """[[utilization %, memory bytes, watts], ...] from
+    `nvidia-smi --query-gpu=index,utilization.gpu,memory.used,power.draw
+    --format=csv,noheader,nounits`; a value NVML does not give
+    ("[N/A]", "[Not Supported]") is None."""
+    gpus = []
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 4 or not fields[0].isdigit():
+            continue
+        util, memory, power = (_number(f) for f in fields[1:])
+        gpus.append([util, None if memory is None else int(memory * MIB), power])
+    return gpus
+
+
+def _number(text):
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value and value >= 0 else None
+
+
+def gpu_sample(devices):
+    """The job'"'"'s GPUs now, or None where there is no GPU telemetry."""
+    if not devices or shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={NVIDIA_SMI_QUERY}",
+                              "--format=csv,noheader,nounits", "-i", devices],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_nvidia_smi(out) or None
+
+
+class Totals:
+    def __init__(self, attempt, groups, devices):
+        self.groups, self.devices = groups, devices
+        self.start = self.last = time.time()
+        self.attempt = attempt
+        self.cpu_at_start = cpu_seconds(groups)
+        self.memory_peak = 0
+        self.gpu_busy_s = self.gpu_s = 0.0
+        self.gpu_memory_peak = 0
+
+    def sample(self):
+        now = time.time()
+        cpu = cpu_seconds(self.groups)
+        memory = memory_bytes(self.groups)
+        if memory is not None:
+            self.memory_peak = max(self.memory_peak, memory)
+        gpus = gpu_sample(self.devices)
+        for util, used, _ in gpus or []:
+            if util is not None:
+                self.gpu_busy_s += min(util, 100.0) / 100 * (now - self.last)
+                self.gpu_s += now - self.last
+            self.gpu_memory_peak = max(self.gpu_memory_peak, used or 0)
+        self.last = now
+        return {"time": round(now, 3), "start": round(self.start, 3), "attempt": self.attempt,
+                "cpu_s": None if cpu is None or self.cpu_at_start is None
+                else round(cpu - self.cpu_at_start, 3),
+                "memory": memory, "memory_peak": self.memory_peak if memory is not None else None,
+                "gpus": gpus, "gpu_busy_s": round(self.gpu_busy_s, 3) if gpus else None,
+                "gpu_s": round(self.gpu_s, 3) if gpus else None,
+                "gpu_memory_peak": self.gpu_memory_peak if gpus else None}
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(path, interval, watched):
+    with open("/proc/self/cgroup") as f:
+        groups = job_cgroups(f)
+    devices = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    totals = Totals(int(os.environ.get("DIV_RESTART_COUNT", "0") or 0), groups,
+                    devices if re.fullmatch(r"\d+(,\d+)*", devices) else "")
+    # The node function ends the sampler when the run has ended: one last line.
+    ending = []
+    signal.signal(signal.SIGTERM, lambda *_: ending.append(True))
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o640)
+    pause = interval
+    while True:
+        os.write(fd, (json.dumps(totals.sample(), separators=(",", ":")) + "\n").encode())
+        if ending or not _alive(watched):
+            return
+        if os.fstat(fd).st_size > SLOWER_PAST:
+            pause = interval * 4
+        deadline = time.monotonic() + pause
+        while not ending and time.monotonic() < deadline and _alive(watched):
+            time.sleep(min(0.5, pause))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], max(1.0, float(sys.argv[2])), int(sys.argv[3]))
+'
 export div_node_isolate=--div-isolate
 export div_isolate=''
 export div_job_hosts="/run/divergent/jobs/$SLURM_JOB_ID/hosts"
@@ -127,6 +327,7 @@ div_node() {
     # run's processes inherit that), so that `wait` gives way to div_warn.
     (trap '' USR1; div_exec) &
     div_child=$!
+    div_sample
     local rc
     while :; do
         wait "$div_child"
@@ -135,12 +336,34 @@ div_node() {
         [ "$div_warned" = 1 ] || break
         div_warned=0
     done
+    div_sampled
     # Per attempt: one on a node Slurm gave up on may still write.
     echo "$rc" >"$div_state/exit.$DIV_RESTART_COUNT.$SLURM_NODEID"
     # The first rank to fail gives the run its exit code: the others may
     # fail because it did. Made once (noclobber opens with O_EXCL).
     [ "$rc" = 0 ] || (set -C; echo "$rc" >"$div_state/exit.$DIV_RESTART_COUNT.first") 2>/dev/null
     exit "$rc"
+}
+
+# What the run uses on this node (slurm/batch/usage.py), beside it and
+# outside its sandbox, until it ends; with the node's Python, when it has one.
+div_sample() {
+    div_sampler=
+    # shellcheck disable=SC2154  # from the values block
+    [ "$div_usage_interval" -gt 0 ] && command -v python3 >/dev/null || return 0
+    # The program travels in the environment: ps on the node shows one short line.
+    (trap '' USR1; DIV_USAGE_PROGRAM=$div_usage exec python3 -I -c \
+        'import os; exec(os.environ.pop("DIV_USAGE_PROGRAM"))' \
+        "$div_state/usage.$SLURM_NODEID.jsonl" "$div_usage_interval" "$div_child" \
+        </dev/null >/dev/null 2>&1) &
+    div_sampler=$!
+}
+
+# Its last line, written as it is told the run has ended.
+div_sampled() {
+    [ -n "$div_sampler" ] || return 0
+    kill "$div_sampler" 2>/dev/null
+    wait "$div_sampler" 2>/dev/null
 }
 
 # Every process under the runtime's (div_child), found in one pass over one
@@ -233,7 +456,7 @@ $div_launch"
 }
 
 srun --export=ALL --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" ${div_node_isolate:+"$div_node_isolate"} \
-    /bin/bash -c "$(declare -f div_node div_warn div_has_trees div_is_volume div_cleanup \
+    /bin/bash -c "$(declare -f div_node div_warn div_sample div_sampled div_has_trees div_is_volume div_cleanup \
         div_exec div_image_file div_pull_reason); div_node" \
     >>"$div_state/slurm.log" 2>&1
 rc=$?

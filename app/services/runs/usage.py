@@ -61,8 +61,10 @@ def parse_sample(line: bytes) -> dict | None:
     if sample["time"] is None or sample["start"] is None or sample["time"] < sample["start"]:
         return None
     gpus = raw.get("gpus")
-    sample["gpus"] = [[_figure(v) for v in gpu[:3]] for gpu in gpus[:64]
-                      if isinstance(gpu, list)] if isinstance(gpus, list) else None
+    # Each GPU as [utilization %, memory bytes, watts], whatever the line held.
+    sample["gpus"] = [[_figure(gpu[i]) if i < len(gpu) else None for i in range(3)]
+                      for gpu in gpus[:64] if isinstance(gpu, list)] \
+        if isinstance(gpus, list) else None
     return sample
 
 
