@@ -9,7 +9,7 @@ from divergent.cli.api import ApiClient
 from divergent.cli.context import pass_api
 from divergent.cli.output import print_json, started, table
 
-EVENTS = "failed,budget_exceeded,limit_reached,checks_failed,ended"
+EVENTS = "failed,budget_exceeded,limit_reached,checks_failed,ended,idle"
 
 
 @click.group("notify")
@@ -21,8 +21,9 @@ def notify() -> None:
 @click.option("--webhook", metavar="URL", help="POST a JSON message ({\"text\": ...}) here.")
 @click.option("--email", metavar="ADDRESS", help="Send an email here.")
 @click.option("--on", "events", metavar="EVENTS",
-              default="failed,checks_failed,budget_exceeded,limit_reached", show_default=True,
-              help=f"Which ends, comma-separated, of: {EVENTS} (every end).")
+              default="failed,checks_failed,budget_exceeded,limit_reached,idle", show_default=True,
+              help=f"Which ends, comma-separated, of: {EVENTS} (ended: every end; idle: "
+                   "your run's GPUs idle, before the site's idle policy stops it).")
 @click.option("--schedule", metavar="NAME", help="Only the runs this schedule starts.")
 @pass_api
 def notify_add(api: ApiClient, webhook: str | None, email: str | None, events: str,
