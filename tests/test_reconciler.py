@@ -18,10 +18,10 @@ from divergent.app.models import Org, Project, Run, utcnow
 from divergent.app.reconciler import reconcile_once, settle
 from divergent.app.services import leases
 from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
-from divergent.app.services.site import slurm_access
 from divergent.app.services.files.volumes import run_dir
-from divergent.app.services.site.settings import load_site, save_site
 from divergent.app.services.runs.text import summary_line
+from divergent.app.services.site import slurm_access
+from divergent.app.services.site.settings import load_site, save_site
 from divergent.app.services.site.usage import UsageSettings
 from divergent.slurm.records import JobRecord, JobUsage
 

@@ -15,6 +15,7 @@ import pytest
 from divergent.app.extensions import db
 from divergent.app.models import Project, utcnow
 from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
+from divergent.app.services.cluster.gpu_use import gpu_hours_efficiency, gpus_in_use
 from divergent.app.services.money.usage import month_bounds
 from divergent.app.services.runs.idle import STOP, WARN, idle_step, stopped_line
 from divergent.app.services.runs.usage import (
@@ -26,7 +27,6 @@ from divergent.app.services.runs.usage import (
     summarize,
     system_charts,
 )
-from divergent.app.services.cluster.gpu_use import gpu_hours_efficiency, gpus_in_use
 from divergent.app.services.site.usage import UsageSettings, UsageSettingsError, usage_settings
 from divergent.slurm.records import JobUsage, cpu_time, parse_usage
 from tests.test_models import make_run

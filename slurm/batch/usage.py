@@ -12,6 +12,8 @@ run's processes and nothing else. GPU figures come from nvidia-smi for the
 job's own GPUs alone (CUDA_VISIBLE_DEVICES, as Slurm set it for the job);
 without it they are null, never invented.
 argv: the file, the interval in seconds, the pid whose end ends the sampler."""
+from __future__ import annotations
+
 import json
 import os
 import re
@@ -20,6 +22,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
+from typing import Any
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 # Past this the file grows four times slower: a run that lasts a month
@@ -30,11 +34,11 @@ MIB = 1024 * 1024
 JOB_CGROUP = re.compile(r"^(.*?/job_\d+)(/|$)")
 
 
-def job_cgroups(lines):
+def job_cgroups(lines: Iterable[str]) -> dict[str, str]:
     """{controller: the job's folder} from /proc/self/cgroup's lines: the
     job level (job_N), above the step this sampler runs in, so that every
     step of the job (pyxis runs the command in another) is counted."""
-    found = {}
+    found: dict[str, str] = {}
     for line in lines:
         _, controllers, path = line.rstrip("\n").split(":", 2)
         match = JOB_CGROUP.match(path)
@@ -54,7 +58,7 @@ def job_cgroups(lines):
     return found
 
 
-def _read(path):
+def _read(path: str) -> str | None:
     try:
         with open(path) as f:
             return f.read()
@@ -62,12 +66,12 @@ def _read(path):
         return None
 
 
-def _stat(text):
+def _stat(text: str | None) -> dict[str, int]:
     pairs = (line.split() for line in (text or "").splitlines())
     return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and p[1].isdigit()}
 
 
-def cpu_seconds(groups):
+def cpu_seconds(groups: dict[str, str]) -> float | None:
     """The job's CPU time so far: cgroup v2's cpu.stat, v1's cpuacct."""
     if "unified" in groups:
         usec = _stat(_read(os.path.join(groups["unified"], "cpu.stat"))).get("usage_usec")
@@ -80,7 +84,7 @@ def cpu_seconds(groups):
     return None
 
 
-def memory_bytes(groups):
+def memory_bytes(groups: dict[str, str]) -> int | None:
     """What the run's processes hold: anonymous memory and tmpfs (its /tmp),
     not the page cache of files it read, which the kernel takes back."""
     if "unified" in groups:
@@ -94,12 +98,12 @@ def memory_bytes(groups):
     return None
 
 
-def parse_nvidia_smi(text):
+def parse_nvidia_smi(text: str) -> list[list[Any]]:
     """[[utilization %, memory bytes, watts], ...] from
     `nvidia-smi --query-gpu=index,utilization.gpu,memory.used,power.draw
     --format=csv,noheader,nounits`; a value NVML does not give
     ("[N/A]", "[Not Supported]") is None."""
-    gpus = []
+    gpus: list[list[Any]] = []
     for line in text.splitlines():
         fields = [f.strip() for f in line.split(",")]
         if len(fields) != 4 or not fields[0].isdigit():
@@ -109,7 +113,7 @@ def parse_nvidia_smi(text):
     return gpus
 
 
-def _number(text):
+def _number(text: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
@@ -117,7 +121,7 @@ def _number(text):
     return value if value == value and value >= 0 else None
 
 
-def gpu_sample(devices):
+def gpu_sample(devices: str) -> list[list[Any]] | None:
     """The job's GPUs now, or None where there is no GPU telemetry."""
     if not devices or shutil.which("nvidia-smi") is None:
         return None
@@ -131,7 +135,7 @@ def gpu_sample(devices):
 
 
 class Totals:
-    def __init__(self, attempt, groups, devices):
+    def __init__(self, attempt: int, groups: dict[str, str], devices: str) -> None:
         self.groups, self.devices = groups, devices
         self.start = self.last = time.time()
         self.attempt = attempt
@@ -140,7 +144,7 @@ class Totals:
         self.gpu_busy_s = self.gpu_s = 0.0
         self.gpu_memory_peak = 0
 
-    def sample(self):
+    def sample(self) -> dict[str, Any]:
         now = time.time()
         cpu = cpu_seconds(self.groups)
         memory = memory_bytes(self.groups)
@@ -162,7 +166,7 @@ class Totals:
                 "gpu_memory_peak": self.gpu_memory_peak if gpus else None}
 
 
-def _alive(pid):
+def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -172,14 +176,14 @@ def _alive(pid):
     return True
 
 
-def main(path, interval, watched):
+def main(path: str, interval: float, watched: int) -> None:
     with open("/proc/self/cgroup") as f:
         groups = job_cgroups(f)
     devices = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     totals = Totals(int(os.environ.get("DIV_RESTART_COUNT", "0") or 0), groups,
                     devices if re.fullmatch(r"\d+(,\d+)*", devices) else "")
     # The node function ends the sampler when the run has ended: one last line.
-    ending = []
+    ending: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: ending.append(True))
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o640)
     pause = interval

@@ -51,10 +51,11 @@ def idle_step(run: Run, samples: list[dict], settings: UsageSettings) -> str | N
     state.update(since=since, below=settings.idle_below, measure=settings.idle_measure)
     idle_minutes = (now["time"] - since) / 60
     action = None
-    if idle_minutes >= settings.idle_warn_minutes + settings.idle_stop_minutes:
+    warn_after = settings.idle_warn_minutes or 0.0     # judged() holds it is set
+    if idle_minutes >= warn_after + settings.idle_stop_minutes:
         state.update(stopped=True, minutes=round(idle_minutes, 1))
         action = STOP
-    elif idle_minutes >= settings.idle_warn_minutes and not state.get("warned"):
+    elif idle_minutes >= warn_after and not state.get("warned"):
         state["warned"] = True
         action = WARN
     run.idle = state

@@ -16,6 +16,7 @@ import math
 import os
 import re
 from collections.abc import Callable
+from typing import Any
 
 from divergent.app.models import Run
 from divergent.app.services.files.volumes import open_state_fd
@@ -55,7 +56,7 @@ def parse_sample(line: bytes) -> dict | None:
         return None
     if not isinstance(raw, dict):
         return None
-    sample = {key: _figure(raw.get(key)) for key in (
+    sample: dict[str, Any] = {key: _figure(raw.get(key)) for key in (
         "time", "start", "attempt", "cpu_s", "memory", "memory_peak",
         "gpu_busy_s", "gpu_s", "gpu_memory_peak")}
     if sample["time"] is None or sample["start"] is None or sample["time"] < sample["start"]:
