@@ -197,6 +197,9 @@ class Run(Base):
     # totals, then Slurm's accounting at its end; the idle policy's state
     # for it; and whether it said it may idle (div run --allow-idle).
     usage: Mapped[dict | None] = mapped_column(sa.JSON)
+    # When the reconciler last read its samplers (epoch seconds): a column
+    # of its own, so that a cycle decides without loading `usage`.
+    usage_read_at: Mapped[float | None]
     idle: Mapped[dict | None] = mapped_column(sa.JSON)
     allow_idle: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
     # The secrets it was given: names to show, and the values, encrypted, to

@@ -39,7 +39,12 @@ from divergent.app.services.runs.submissions import (
     end_dropped_member,
     settle_unsubmitted,
 )
-from divergent.app.services.runs.usage_follow import follow_running, settle_ended
+from divergent.app.services.runs.usage_follow import (
+    follow_running,
+    live_runs_query,
+    settle_ended,
+    write_readings,
+)
 from divergent.app.services.site.gauges import record_cycle
 from divergent.app.services.site.settings import load_site
 from divergent.app.services.site.slurm_access import slurm_client
@@ -214,8 +219,9 @@ def reconcile_once() -> int:
 def follow_jobs(runs: list[Run] | None = None) -> int:
     """Every live run with a job (or these alone): its state, cost and
     metrics from Slurm."""
-    live = runs if runs is not None else list(db.session.execute(
-        db.select(Run).where(Run.status.in_(LIVE), Run.slurm_job_id.is_not(None))).scalars())
+    usage = load_site().usage
+    live = runs if runs is not None else list(
+        db.session.execute(live_runs_query(usage)).scalars())
     if not live:
         return 0
     records = slurm_client().query([_job_id(run) for run in live], squeue_alone=True)
@@ -224,7 +230,7 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
     orgs = {org.id: org for org in live_orgs}
     changed = 0
     metrics_left: defaultdict[int, int] = defaultdict(lambda: ORG_CYCLE_BUDGET)
-    usage, now, ended = load_site().usage, time.time(), []
+    now, ended, readings = time.time(), [], []
     for run in live:
         record = records.get(_job_id(run))
         if record is None:
@@ -243,7 +249,7 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
             if run.restarts > restarts and run.status in LIVE and \
                     not restarted(run, record, state_dir):
                 run.restarts = restarts
-            follow_running(run, state_dir, usage, now)
+            follow_running(run, state_dir, usage, now, readings)
         except Exception:   # what one run wrote never stops the cycle every org shares
             log.exception("could not settle %s; it is tried again next cycle", run.name)
             db.session.expire(run)
@@ -254,6 +260,7 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
             ended.append((run, record, state_dir))
     settle_ended(ended)
     db.session.flush()
+    write_readings(readings)
     stop_orgs_at_their_limit(live, orgs)
     db.session.commit()
     return changed

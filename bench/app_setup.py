@@ -15,9 +15,9 @@ from divergent.app.models import Org, Project, User  # noqa: E402
 from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user  # noqa: E402
 
 
-def bench_app(tmp: str):
+def bench_app(tmp: str, **config):
     return create_app({"SQLALCHEMY_DATABASE_URI": os.environ.get(
-        "DATABASE_URL", f"sqlite:///{tmp}/bench.db"), "DIV_DATA_DIR": f"{tmp}/data"})
+        "DATABASE_URL", f"sqlite:///{tmp}/bench.db"), "DIV_DATA_DIR": f"{tmp}/data", **config})
 
 
 def fresh_org() -> tuple[Org, User, Project]:

@@ -203,7 +203,9 @@ def _samples(run: Run, *lines: dict) -> None:
 
 
 def test_usage_is_read_from_the_samplers_while_running_and_from_sacct_at_the_end(slurm):
-    running, ended = live_runs(2, status="running", started_at=utcnow())
+    # Started a while ago: read in the first cycle (a run is first read a
+    # period after it started).
+    running, ended = live_runs(2, status="running", started_at=utcnow() - timedelta(minutes=1))
     running.slurm_job_id, ended.slurm_job_id = "2", "3"
     db.session.commit()
     _samples(running, {"time": 1_100.0, "cpu_s": 25.0})
@@ -225,11 +227,12 @@ def test_the_idle_policy_cancels_through_slurm_and_the_run_ends_saying_why(slurm
     save_site(replace(load_site(), usage=UsageSettings(
         interval_seconds=1, idle_below=0.5, idle_warn_minutes=0.05, idle_stop_minutes=0.05,
         idle_measure="cpu")))
-    run, = live_runs(1, status="running", started_at=utcnow(), slurm_job_id="5")
+    run, = live_runs(1, status="running", started_at=utcnow() - timedelta(minutes=1),
+                     slurm_job_id="5")
     slurm.records = {"5": JobRecord("5", "RUNNING", start=1_000, elapsed_seconds=100)}
     for t in (0, 4, 8):
         _samples(run, {"time": 1_000.0 + t, "cpu_s": 0.0})
-        run.usage = None                     # read every cycle, whatever the clock says
+        run.usage_read_at = None             # read every cycle, whatever the clock says
         db.session.commit()
         reconcile_once()
     assert slurm.canceled == ["5"]

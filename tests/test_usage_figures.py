@@ -207,14 +207,16 @@ def test_the_idle_policy_warns_then_stops_and_busy_moments_reset_it(runs):
     settings = UsageSettings(interval_seconds=1, idle_below=0.1, idle_warn_minutes=1,
                              idle_stop_minutes=1, idle_measure="cpu")
     run = runs(gpu_type="cpu", cpus=1, memory_gib=2, status="running")
-    steps = [idle_step(run, [reading(t, cpu)], settings)
-             for t, cpu in ((0, 0), (30, 1), (60, 2), (90, 60), (120, 61), (180, 62),
-                            (200, 63), (240, 64))]
+    steps = []
+    for t, cpu in ((0, 0), (30, 1), (60, 2), (90, 60), (120, 61), (180, 62), (200, 63),
+                   (240, 64)):
+        action, run.idle = idle_step(run, [reading(t, cpu)], settings)
+        steps.append(action)
     # Idle from 0: warned at 60; busy 60-90 (58 of 30 s) starts it over;
     # idle from 90: warned again at 180 (90 s), stopped at 240 (150 s >= 120).
     assert steps == [None, None, WARN, None, None, WARN, None, STOP]
     assert stopped_line(run) == "its CPUs stayed under 10% utilization for 2.5 minutes"
-    assert idle_step(run, [reading(300, 65)], settings) is None      # asked once
+    assert idle_step(run, [reading(300, 65)], settings)[0] is None      # asked once
 
 
 def test_the_month_efficiency_and_gpus_in_use(runs):

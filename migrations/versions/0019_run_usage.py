@@ -19,6 +19,7 @@ depends_on = None
 def upgrade():
     with op.batch_alter_table('run', schema=None) as batch_op:
         batch_op.add_column(sa.Column('usage', sa.JSON(), nullable=True))
+        batch_op.add_column(sa.Column('usage_read_at', sa.Float(), nullable=True))
         batch_op.add_column(sa.Column('idle', sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column('allow_idle', sa.Boolean(), nullable=False,
                                       server_default=sa.false()))
@@ -28,4 +29,5 @@ def downgrade():
     with op.batch_alter_table('run', schema=None) as batch_op:
         batch_op.drop_column('allow_idle')
         batch_op.drop_column('idle')
+        batch_op.drop_column('usage_read_at')
         batch_op.drop_column('usage')

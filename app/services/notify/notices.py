@@ -188,12 +188,12 @@ def enqueue_for(run: Run) -> int:
     return added
 
 
-def enqueue_idle_warning(run: Run, below: float, warn_minutes: float,
+def enqueue_idle_warning(run: Run, measure: str, below: float, warn_minutes: float,
                          stop_minutes: float) -> int:
     """Tells the run's owner, on their channels that hear `idle`, that the
     site's idle policy will stop it (committed with the reading that saw it)."""
     url = f"{current_app.config['DIV_PUBLIC_URL'].rstrip('/')}/runs/{run.name}"
-    what = "CPUs" if (run.idle or {}).get("measure") == "cpu" else "GPUs"
+    what = "CPUs" if measure == "cpu" else "GPUs"
     text = (f"divergent: run {run.name}'s {what} have been under {below:.0%} utilization "
             f"for {warn_minutes:g} minutes; it will be stopped if they stay idle "
             f"{stop_minutes:g} minutes more; {url}")

@@ -31,53 +31,52 @@ def judged(run: Run, settings: UsageSettings) -> bool:
     return settings.idle_measure == "cpu" or not gpu_type(run.gpu_type).is_cpu
 
 
-def idle_step(run: Run, samples: list[dict], settings: UsageSettings) -> str | None:
-    """Moves the run's idle state on by one reading of its samples; WARN
-    when its owner is to be told now, STOP when it is to be stopped now."""
+def idle_step(run: Run, samples: list[dict],
+              settings: UsageSettings) -> tuple[str | None, dict]:
+    """The run's idle state moved on by one reading of its samples, and
+    WARN when its owner is to be told now, STOP when it is to be stopped now."""
     state = dict(run.idle or {})
     if state.get("stopped") or not samples:
-        return None
+        return None, state
     now, earlier = totals(samples, run.cpus), state.get("mark")
     used, state["mark"] = utilization_since(earlier, now, settings.idle_measure)
     if used is None or earlier is None:
-        run.idle = state
-        return None
+        return None, state
     if used >= settings.idle_below:
         state.update(since=None, warned=False)
-        run.idle = state
-        return None
+        return None, state
     # Idle since the reading before this one, at least.
     since = state.get("since") or earlier["time"]
     state.update(since=since, below=settings.idle_below, measure=settings.idle_measure)
     idle_minutes = (now["time"] - since) / 60
-    action = None
     warn_after = settings.idle_warn_minutes or 0.0     # judged() holds it is set
     if idle_minutes >= warn_after + settings.idle_stop_minutes:
         state.update(stopped=True, minutes=round(idle_minutes, 1))
-        action = STOP
-    elif idle_minutes >= warn_after and not state.get("warned"):
+        return STOP, state
+    if idle_minutes >= warn_after and not state.get("warned"):
         state["warned"] = True
-        action = WARN
-    run.idle = state
-    return action
+        return WARN, state
+    return None, state
 
 
-def apply_idle_policy(run: Run, samples: list[dict], settings: UsageSettings) -> None:
+def apply_idle_policy(run: Run, samples: list[dict], settings: UsageSettings) -> dict | None:
     """One reading's step of the policy for a running run, and what it asks:
-    its owner told, or its job canceled (the reconciler settles it)."""
+    its owner told, or its job canceled (the reconciler settles it). The
+    run's new idle state, for the caller to write; None when not judged."""
     if not judged(run, settings):
-        return
-    action = idle_step(run, samples, settings)
+        return None
+    action, state = idle_step(run, samples, settings)
     if action == WARN:
-        enqueue_idle_warning(run, settings.idle_below, settings.idle_warn_minutes or 0,
-                             settings.idle_stop_minutes)
+        enqueue_idle_warning(run, settings.idle_measure, settings.idle_below,
+                             settings.idle_warn_minutes or 0, settings.idle_stop_minutes)
     elif action == STOP:
-        log.info("stopping %s: idle for %s minutes", run.name, (run.idle or {}).get("minutes"))
+        log.info("stopping %s: idle for %s minutes", run.name, state.get("minutes"))
         try:
             slurm_client(run.unix_user).cancel(cast(str, run.slurm_job_id))
         except SlurmError as exc:
             log.warning("could not stop idle %s: %s", run.name, exc)
-            run.idle = {**(run.idle or {}), "stopped": False}   # asked again next reading
+            state["stopped"] = False       # asked again next reading
+    return state
 
 
 def stopped_line(run: Run) -> str | None:
