@@ -24,7 +24,7 @@ OUT = ROOT / "artifacts" / "bench"
 # MinJobAge (300 s) and would crowd the others' submissions.
 BENCHES = ("submit", "sweep_submit", "run_detach", "run_end", "log_stream", "storage", "s3_import",
            "reconciler", "metrics_flood", "dashboard", "followers", "python_env", "images",
-           "interactive", "slurm_query", "run_network")
+           "interactive", "usage", "slurm_query", "run_network")
 TIMEOUT = 1800
 COLUMNS = ("bench", "figure", "goal", "value", "baseline", "ratio")
 HEADINGS = ("benchmark", "figure", "goal", "this run", "baseline (same run)", "ratio")
