@@ -158,6 +158,26 @@ def test_root_in_the_sandbox_is_nobody_on_the_node(sandbox_stack, project):
     assert _sacct(job, "User") == "div-e2e"          # the org's own: never root, nor the server
 
 
+def test_a_run_cannot_write_the_figures_it_is_judged_by(sandbox_stack, project):
+    """The sampler's files are in the run's state folder, which no runtime
+    shows the run: one it forges beside $DIV_METRICS (or anywhere it can
+    write) is never read, and its figures stay what was measured."""
+    forged = json.dumps({"time": 9e9, "start": 0, "attempt": 99, "cpu_s": 1e9,
+                         "memory": 1e15, "memory_peak": 1e15, "gpus": [[100, 1, 1]] * 8,
+                         "gpu_busy_s": 1e9, "gpu_s": 1e9, "gpu_memory_peak": 1e15})
+    done, out, err = _run(sandbox_stack, project, "--no-upload", "--name", "forges-usage", "--",
+                          f"d=$(dirname $DIV_METRICS); for n in 0 1; do echo '{forged}' "
+                          f"> $d/usage.$n.jsonl; done 2>/dev/null; "
+                          "echo seen=$(find / -xdev -name 'usage.*.jsonl' -not -path \"$d/*\" "
+                          "2>/dev/null | wc -l); sleep 2")
+    assert done.returncode == 0, err
+    assert "seen=0" in out
+    usage = sandbox_stack.run_json("forges-usage")["usage"]
+    assert (usage["max_memory_bytes"] or 0) < 1 << 40 and usage["gpu_utilization"] is None
+    written = (sandbox_stack.data_dir / "runs" / "e2e" / "forges-usage" / "usage.0.jsonl")
+    assert "1e+15" not in written.read_text() and not written.with_name("usage.1.jsonl").exists()
+
+
 def _sacct(job: str, field: str) -> str:
     return subprocess.run(["sacct", "-n", "-X", "-P", "-o", field, "-j", job],
                           capture_output=True, text=True, check=True).stdout.strip()

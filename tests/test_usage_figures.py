@@ -199,6 +199,16 @@ def test_system_charts_from_the_nodes_files(tmp_path):
     assert [s["cpu_s"] for s in last_samples(str(tmp_path))] == [4.0, 50.0]
 
 
+def test_the_charts_read_the_newest_part_of_a_long_file(tmp_path, monkeypatch):
+    monkeypatch.setattr("divergent.app.services.runs.usage.SERIES_BYTES", 4096)
+    monkeypatch.setattr("divergent.app.services.runs.usage.NODE_SERIES_BYTES", 1024)
+    lines = [sample(time=1000.0 + t, cpu_s=float(t)) for t in range(200)]
+    (tmp_path / "usage.0.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    cpu = system_charts(str(tmp_path))[0]
+    seconds = cpu["data"][0]
+    assert 10 < len(seconds) < 40 and seconds[-1] == 199.0     # the newest, about 4 KiB of them
+
+
 def reading(t: float, cpu_s: float) -> dict:
     return parse_sample(sample(time=1000.0 + t, cpu_s=cpu_s))
 

@@ -28,8 +28,11 @@ USAGE_FILE = re.compile(r"^usage\.([0-9]{1,4})\.jsonl$")
 # more with many GPUs); a run has at most MAX_NODES files read.
 TAIL = 16 * 1024
 MAX_NODES = 256
-# What the Telemetry tab draws at most of each node's file.
+# What the Telemetry tab draws at most of a run's files, all nodes together
+# (the newest part of each: 4 MiB is two days of one node at 10 s), and at
+# least of each node's.
 SERIES_BYTES = 4 * 1024 * 1024
+NODE_SERIES_BYTES = 64 * 1024
 GIB = 1 << 30
 NO_GPU_TELEMETRY = "no GPU telemetry on this cluster"
 # The last line of `div run` says a run over-asked only for one that ran
@@ -79,14 +82,13 @@ def _files(state_dir: str) -> list[tuple[int, str]]:
     return found[:MAX_NODES]
 
 
-def _read(path: str, size_from_end: int | None, most: int) -> bytes:
+def _read(path: str, most: int) -> bytes:
+    """The last `most` bytes of a file in the state folder (no link, no FIFO)."""
     fd = open_state_fd(path)
     if fd is None:
         return b""
     try:
-        size = os.fstat(fd).st_size
-        start = max(0, size - size_from_end) if size_from_end is not None else 0
-        return os.pread(fd, most, start)
+        return os.pread(fd, most, max(0, os.fstat(fd).st_size - most))
     finally:
         os.close(fd)
 
@@ -95,7 +97,7 @@ def last_samples(state_dir: str) -> list[dict]:
     """Each node's newest sample of the run's newest attempt."""
     samples = []
     for _, name in _files(state_dir):
-        data = _read(os.path.join(state_dir, name), TAIL, TAIL)
+        data = _read(os.path.join(state_dir, name), TAIL)
         lines = data[:data.rfind(b"\n") + 1].splitlines()
         sample = next((s for line in reversed(lines) if (s := parse_sample(line))), None)
         if sample is not None:
@@ -231,10 +233,12 @@ SYSTEM_CHARTS = (
 
 
 def node_series(state_dir: str) -> list[tuple[int, list[dict]]]:
-    """Each node's samples of the newest attempt, in order, bounded."""
-    nodes = []
-    for node, name in _files(state_dir):
-        data = _read(os.path.join(state_dir, name), None, SERIES_BYTES)
+    """Each node's newest samples of the newest attempt, in order, bounded."""
+    files, nodes = _files(state_dir), []
+    budget = max(NODE_SERIES_BYTES, SERIES_BYTES // max(1, len(files)))
+    for node, name in files:
+        data = _read(os.path.join(state_dir, name), budget)
+        # From the end: the first line may be cut, and is left out with the rest that is not a sample.
         samples = [s for line in data[:data.rfind(b"\n") + 1].splitlines()
                    if (s := parse_sample(line)) is not None]
         if samples:
