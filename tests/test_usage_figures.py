@@ -176,7 +176,11 @@ def test_one_hint_only_when_a_run_clearly_over_asked(runs):
     assert hinted(runs(gpus=8, **long), gpu_utilization=0.6) is None
     assert hinted(runs(memory_gib=64, **long), max_memory_bytes=int(3.1 * GIB)) == \
         "peak memory 3.1 GiB of 64 GiB"
-    assert hinted(runs(memory_gib=4, **long), max_memory_bytes=0) is None      # small asks
+    # What a GPU includes was not asked for: nothing to say of it.
+    assert hinted(runs(memory_gib=8, cpus=1, **long), max_memory_bytes=0,
+                  cpu_efficiency=0.0) is None
+    assert hinted(runs(gpu_type="cpu", cpus=1, memory_gib=4, **long),
+                  max_memory_bytes=0) is None      # small asks
     assert hinted(runs(gpu_type="cpu", cpus=8, memory_gib=4, **long),
                   cpu_efficiency=0.1) == "used 0.8 of its 8 cores"
     assert hinted(runs(gpus=8, elapsed_seconds=30), gpu_utilization=0.0) is None   # too short

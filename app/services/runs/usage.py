@@ -174,11 +174,16 @@ def over_asked(run: Run) -> str | None:
     gpu, memory = usage.get("gpu_utilization"), usage.get("max_memory_bytes")
     if gpu is not None and gpu < HINT_BELOW:
         return f"used {gpu:.0%} of its {f'{run.gpus} GPUs' if run.gpus > 1 else 'GPU'}"
-    if memory is not None and run.memory_gib >= HINT_MEMORY_GIB \
+    # Cores and memory only where the run chose them: a GPU's included ones
+    # cost nothing more, and saying they sat idle is noise.
+    included = gpu_type(run.gpu_type)
+    chosen_memory = included.is_cpu or run.memory_gib > run.gpus * included.memory_gib
+    if memory is not None and chosen_memory and run.memory_gib >= HINT_MEMORY_GIB \
             and memory < HINT_BELOW * run.memory_gib * GIB:
         return f"peak memory {format_gib(memory)} of {run.memory_gib} GiB"
     cpu = usage.get("cpu_efficiency")
-    if cpu is not None and run.cpus >= 4 and cpu < HINT_BELOW:
+    chosen_cores = included.is_cpu or run.cpus > run.gpus * included.cores
+    if cpu is not None and chosen_cores and run.cpus >= 4 and cpu < HINT_BELOW:
         return f"used {cpu * run.cpus:.1f} of its {run.cpus} cores"
     return None
 
