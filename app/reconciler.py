@@ -230,7 +230,9 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
     orgs = {org.id: org for org in live_orgs}
     changed = 0
     metrics_left: defaultdict[int, int] = defaultdict(lambda: ORG_CYCLE_BUDGET)
-    now, ended, readings = time.time(), [], []
+    now = time.time()
+    ended: list[tuple[Run, JobRecord, str]] = []
+    readings: list[dict] = []
     for run in live:
         record = records.get(_job_id(run))
         if record is None:

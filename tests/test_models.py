@@ -2,13 +2,14 @@
 users, keys, projects, volumes and runs, and the API's key check."""
 from __future__ import annotations
 
+import json
 from datetime import UTC
 
 import pytest
 import sqlalchemy as sa
 
 from divergent.app.extensions import db
-from divergent.app.models import Project, Run, Volume
+from divergent.app.models import Project, Run, Volume, utcnow
 from divergent.app.services.accounts.keys import create_key, key_prefix, user_for_key
 from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
 
@@ -104,3 +105,36 @@ def test_org_admins_revoke_any_key_of_their_org_and_members_only_their_own(migra
     assert call("DELETE", f"/api/v1/keys/{key_prefix(keys['bob'])}", "ada").status_code == 200
     assert call("GET", "/api/v1/whoami", "bob").status_code == 401    # at once
     assert call("GET", "/api/v1/whoami", "carol").status_code == 200
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_channels_with_the_old_default_events_hear_idle_after_the_migration(
+        database, tmp_path, make_app):
+    """Migration 0019 adds `idle` (the new default) to channels made with the
+    old default events alone: an idle policy never stops their owners' runs
+    unwarned. Other choices stay as they were."""
+    from flask_migrate import downgrade, upgrade
+
+    from tests.conftest import POSTGRES_URL
+    from tests.stack import fresh_postgres_database
+    url = (f"sqlite:///{tmp_path / 'm.db'}" if database == "sqlite"
+           else fresh_postgres_database(POSTGRES_URL, "divergent_migration"))
+    app = make_app({"SQLALCHEMY_DATABASE_URI": url})
+    with app.app_context():
+        upgrade(revision="c5d8e9f0a1b2")          # 0018: before usage
+        org = get_or_create_org("acme")
+        user = get_or_create_user(org, "ada")
+        old = ["failed", "checks_failed", "budget_exceeded", "limit_reached"]
+        for events in (old, ["ended"]):
+            db.session.execute(sa.text(
+                "INSERT INTO notify_channel (org_id, user_id, kind, target, events, created_at) "
+                "VALUES (:org, :user, 'webhook', 'https://hooks.example.org/x', :events, :now)"),
+                {"org": org.id, "user": user.id, "events": json.dumps(events), "now": utcnow()})
+        db.session.commit()
+        upgrade()
+        rows = [json.loads(e) if isinstance(e, str) else e for e in db.session.execute(
+            sa.text("SELECT events FROM notify_channel ORDER BY id")).scalars()]
+        assert rows == [[*old, "idle"], ["ended"]]
+        downgrade(revision="c5d8e9f0a1b2")
+        db.session.remove()
+        db.engine.dispose()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import replace
 from datetime import timedelta
 
@@ -235,6 +236,9 @@ def test_the_idle_policy_cancels_through_slurm_and_the_run_ends_saying_why(slurm
         run.usage_read_at = None             # read every cycle, whatever the clock says
         db.session.commit()
         reconcile_once()
+        if t == 4:           # warned: stopped 3 s after the warning, by the server's clock
+            assert slurm.canceled == []
+            time.sleep(3.1)
     assert slurm.canceled == ["5"]
     slurm.records["5"] = JobRecord("5", "CANCELLED", start=1_000, end=1_010, elapsed_seconds=10)
     reconcile_once()

@@ -147,14 +147,23 @@ def test_the_figures_of_a_two_node_gpu_run(runs):
              parse_sample(sample(cpu_s=0.0, memory_peak=1 * GIB, gpu_busy_s=0.0, gpu_s=800.0,
                                  gpu_memory_peak=0))]
     usage = summarize(run, nodes)
-    # 400 core-seconds of 2 nodes x 100 s x 8 cores; 80 of 1600 GPU-seconds.
+    # 400 core-seconds of 2 nodes x 100 s x 8 cores; 80 of 1600 GPU-seconds;
+    # memory is one node's, peak and asked for alike.
     assert usage == {"cpu_efficiency": 0.25, "max_memory_bytes": 5 * GIB,
-                     "memory_requested_bytes": 128 * GIB, "gpu_utilization": 0.05,
+                     "memory_requested_bytes": 64 * GIB, "gpu_utilization": 0.05,
                      "gpu_memory_max_bytes": 30 * GIB, "gpu_note": None, "source": "sampler"}
     # At the end Slurm's accounting wins for CPU, and the higher peak for memory.
     final = summarize(run, nodes, JobUsage(cpu_seconds=800.0, max_memory_bytes=6 * GIB), 100)
     assert final["cpu_efficiency"] == 0.5 and final["max_memory_bytes"] == 6 * GIB
     assert final["source"] == "slurm" and final["gpu_utilization"] == 0.05
+    # Accounting that missed the work (a killed step's 0) never lowers what was measured.
+    assert summarize(run, nodes, JobUsage(cpu_seconds=0.0), 100)["cpu_efficiency"] == 0.25
+
+
+def test_a_node_that_measured_no_cpu_time_is_left_out_not_counted_idle(runs):
+    run = runs(gpus=16, cpus=16, memory_gib=128)
+    nodes = [parse_sample(sample(cpu_s=800.0)), parse_sample(sample(cpu_s=None))]
+    assert summarize(run, nodes)["cpu_efficiency"] == 1.0
 
 
 def test_gpus_without_telemetry_are_null_and_say_so(runs):
@@ -203,14 +212,16 @@ def test_system_charts_from_the_nodes_files(tmp_path):
     assert [s["cpu_s"] for s in last_samples(str(tmp_path))] == [4.0, 50.0]
 
 
-def test_the_charts_read_the_newest_part_of_a_long_file(tmp_path, monkeypatch):
-    monkeypatch.setattr("divergent.app.services.runs.usage.SERIES_BYTES", 4096)
+def test_the_charts_of_a_long_file_span_it_at_a_coarser_grain(tmp_path, monkeypatch):
+    monkeypatch.setattr("divergent.app.services.runs.usage.SERIES_BYTES", 8192)
     monkeypatch.setattr("divergent.app.services.runs.usage.NODE_SERIES_BYTES", 1024)
-    lines = [sample(time=1000.0 + t, cpu_s=float(t)) for t in range(200)]
+    monkeypatch.setattr("divergent.app.services.runs.usage.SPREAD", 8)
+    lines = [sample(time=1000.0 + t, cpu_s=float(t)) for t in range(2000)]
     (tmp_path / "usage.0.jsonl").write_bytes(b"\n".join(lines) + b"\n")
-    cpu = system_charts(str(tmp_path))[0]
-    seconds = cpu["data"][0]
-    assert 10 < len(seconds) < 40 and seconds[-1] == 199.0     # the newest, about 4 KiB of them
+    seconds = system_charts(str(tmp_path))[0]["data"][0]
+    # About 8 KiB of 2000 lines, from the first to the last.
+    assert 16 < len(seconds) < 48 and seconds[0] < 10 and seconds[-1] == 1999.0
+    assert seconds == sorted(seconds)
 
 
 def reading(t: float, cpu_s: float) -> dict:
@@ -224,13 +235,31 @@ def test_the_idle_policy_warns_then_stops_and_busy_moments_reset_it(runs):
     steps = []
     for t, cpu in ((0, 0), (30, 1), (60, 2), (90, 60), (120, 61), (180, 62), (200, 63),
                    (240, 64)):
-        action, run.idle = idle_step(run, [reading(t, cpu)], settings)
+        action, run.idle = idle_step(run, [reading(t, cpu)], settings, now=1000.0 + t)
         steps.append(action)
     # Idle from 0: warned at 60; busy 60-90 (58 of 30 s) starts it over;
-    # idle from 90: warned again at 180 (90 s), stopped at 240 (150 s >= 120).
+    # idle from 90: warned again at 180 (90 s), stopped a minute after (240).
     assert steps == [None, None, WARN, None, None, WARN, None, STOP]
     assert stopped_line(run) == "its CPUs stayed under 10% utilization for 2.5 minutes"
-    assert idle_step(run, [reading(300, 65)], settings)[0] is None      # asked once
+    assert idle_step(run, [reading(300, 65)], settings, now=1300.0)[0] is None   # asked once
+
+
+def test_nobody_is_stopped_unwarned_and_a_new_attempt_starts_from_nothing(runs):
+    settings = UsageSettings(interval_seconds=1, idle_below=0.1, idle_warn_minutes=1,
+                             idle_stop_minutes=1, idle_measure="cpu")
+    run = runs(gpu_type="cpu", cpus=1, memory_gib=2, status="running")
+
+    def step(t: float, now: float, attempt: int = 0) -> str | None:
+        action, run.idle = idle_step(run, [parse_sample(sample(
+            time=1000.0 + t, cpu_s=0.0, attempt=attempt))], settings, now)
+        return action
+    assert step(0, 0) is None
+    # The server away 90 minutes (or a node's clock ahead): warned, not stopped.
+    assert step(5400, 10) == WARN
+    assert step(5430, 40) is None              # 30 s after the warning, by the server's clock
+    # Restarted on another node: its idle time starts again, warning included.
+    assert step(10, 80, attempt=1) is None
+    assert step(100, 170, attempt=1) == WARN
 
 
 def test_the_month_efficiency_and_gpus_in_use(runs):

@@ -1,5 +1,7 @@
 """run usage: what a run used (its sampler's and Slurm's figures), the idle
-policy's state for it, and whether it may idle
+policy's state for it, and whether it may idle; channels made with the old
+default events hear `idle` too (the new default), so that an idle policy
+never stops a run whose owner chose the defaults unwarned
 
 Revision ID: d6e9f0a1b2c3
 Revises: c5d8e9f0a1b2
@@ -16,7 +18,16 @@ branch_labels = None
 depends_on = None
 
 
+OLD_DEFAULT = {"failed", "checks_failed", "budget_exceeded", "limit_reached"}
+
+
 def upgrade():
+    channels = sa.table('notify_channel', sa.column('id', sa.Integer), sa.column('events', sa.JSON))
+    connection = op.get_bind()
+    for channel_id, events in connection.execute(sa.select(channels.c.id, channels.c.events)).all():
+        if isinstance(events, list) and set(events) == OLD_DEFAULT:
+            connection.execute(channels.update().where(channels.c.id == channel_id)
+                               .values(events=[*events, "idle"]))
     with op.batch_alter_table('run', schema=None) as batch_op:
         batch_op.add_column(sa.Column('usage', sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column('usage_read_at', sa.Float(), nullable=True))

@@ -69,11 +69,16 @@ div_sample() {
     div_sampler=$!
 }
 
-# Its last line, written as it is told the run has ended.
+# Its last line, written as it is told the run has ended: a moment at most,
+# never waited on longer (the run's end is never held by it).
 div_sampled() {
     [ -n "$div_sampler" ] || return 0
     kill "$div_sampler" 2>/dev/null
-    wait "$div_sampler" 2>/dev/null
+    for _ in $(seq 20); do
+        kill -0 "$div_sampler" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    kill -KILL "$div_sampler" 2>/dev/null
 }
 
 # Every process under the runtime's (div_child), found in one pass over one

@@ -95,6 +95,7 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 # stays a few MiB (the server reads a bounded amount of it anyway).
 SLOWER_PAST = 4 * 1024 * 1024
 NVIDIA_SMI_QUERY = "index,utilization.gpu,memory.used,power.draw"
+NVIDIA_SMI_SECONDS = 5
 MIB = 1024 * 1024
 JOB_CGROUP = re.compile(r"^(.*?/job_\d+)(/|$)")
 
@@ -187,42 +188,57 @@ def _number(text: str) -> float | None:
 
 
 def gpu_sample(devices: str) -> list[list[Any]] | None:
-    """The job'"'"'s GPUs now, or None where there is no GPU telemetry."""
+    """The job'"'"'s GPUs now, or None where there is no GPU telemetry. A GPU
+    that hangs nvidia-smi in the kernel never holds the sampler: it is
+    killed after NVIDIA_SMI_SECONDS and never waited for."""
     if not devices or shutil.which("nvidia-smi") is None:
         return None
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={NVIDIA_SMI_QUERY}",
-                              "--format=csv,noheader,nounits", "-i", devices],
-                             capture_output=True, text=True, timeout=10, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
+        proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={NVIDIA_SMI_QUERY}",
+                                 "--format=csv,noheader,nounits", "-i", devices],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    except OSError:
         return None
-    return parse_nvidia_smi(out) or None
+    try:
+        out, _ = proc.communicate(timeout=NVIDIA_SMI_SECONDS)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return None
+    return (parse_nvidia_smi(out) or None) if proc.returncode == 0 else None
 
 
 class Totals:
     def __init__(self, attempt: int, groups: dict[str, str], devices: str) -> None:
         self.groups, self.devices = groups, devices
-        self.start = self.last = time.time()
+        # Times are the start'"'"'s clock plus the monotonic clock since: a node
+        # clock stepped while the run runs never stretches or shrinks them.
+        self.start = time.time()
+        self.started = self.last = time.monotonic()
         self.attempt = attempt
         self.cpu_at_start = cpu_seconds(groups)
         self.memory_peak = 0
         self.gpu_busy_s = self.gpu_s = 0.0
         self.gpu_memory_peak = 0
+        self.gpus: list[list[Any]] | None = None
 
-    def sample(self) -> dict[str, Any]:
-        now = time.time()
+    def sample(self, gpus_too: bool = True) -> dict[str, Any]:
+        """Now'"'"'s line; without `gpus_too`, the GPUs as last seen (the last
+        line, written as the run ends, never waits on nvidia-smi)."""
+        now = time.monotonic()
         cpu = cpu_seconds(self.groups)
         memory = memory_bytes(self.groups)
         if memory is not None:
             self.memory_peak = max(self.memory_peak, memory)
-        gpus = gpu_sample(self.devices)
+        gpus = gpu_sample(self.devices) if gpus_too else self.gpus
+        self.gpus = gpus
         for util, used, _ in gpus or []:
             if util is not None:
                 self.gpu_busy_s += min(util, 100.0) / 100 * (now - self.last)
                 self.gpu_s += now - self.last
             self.gpu_memory_peak = max(self.gpu_memory_peak, used or 0)
         self.last = now
-        return {"time": round(now, 3), "start": round(self.start, 3), "attempt": self.attempt,
+        return {"time": round(self.start + now - self.started, 3),
+                "start": round(self.start, 3), "attempt": self.attempt,
                 "cpu_s": None if cpu is None or self.cpu_at_start is None
                 else round(cpu - self.cpu_at_start, 3),
                 "memory": memory, "memory_peak": self.memory_peak if memory is not None else None,
@@ -253,8 +269,10 @@ def main(path: str, interval: float, watched: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o640)
     pause = interval
     while True:
-        os.write(fd, (json.dumps(totals.sample(), separators=(",", ":")) + "\n").encode())
-        if ending or not _alive(watched):
+        last = bool(ending) or not _alive(watched)
+        line = totals.sample(gpus_too=not last)
+        os.write(fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
+        if last:
             return
         if os.fstat(fd).st_size > SLOWER_PAST:
             pause = interval * 4
@@ -355,11 +373,16 @@ div_sample() {
     div_sampler=$!
 }
 
-# Its last line, written as it is told the run has ended.
+# Its last line, written as it is told the run has ended: a moment at most,
+# never waited on longer (the run's end is never held by it).
 div_sampled() {
     [ -n "$div_sampler" ] || return 0
     kill "$div_sampler" 2>/dev/null
-    wait "$div_sampler" 2>/dev/null
+    for _ in $(seq 20); do
+        kill -0 "$div_sampler" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    kill -KILL "$div_sampler" 2>/dev/null
 }
 
 # Every process under the runtime's (div_child), found in one pass over one

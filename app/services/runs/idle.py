@@ -31,41 +31,52 @@ def judged(run: Run, settings: UsageSettings) -> bool:
     return settings.idle_measure == "cpu" or not gpu_type(run.gpu_type).is_cpu
 
 
-def idle_step(run: Run, samples: list[dict],
-              settings: UsageSettings) -> tuple[str | None, dict]:
+def idle_step(run: Run, samples: list[dict], settings: UsageSettings,
+              now: float) -> tuple[str | None, dict]:
     """The run's idle state moved on by one reading of its samples, and
-    WARN when its owner is to be told now, STOP when it is to be stopped now."""
+    WARN when its owner is to be told now, STOP when it is to be stopped now.
+    How long it has been idle is the samplers' time (one clock a node, each
+    from the attempt's start); the stop comes only after the warning, by
+    the server's clock (`now`), so nobody is stopped unwarned: not after a
+    restart on another node, a node's clock stepped, or the server away."""
+    attempt = max(s["attempt"] or 0 for s in samples) if samples else 0
     state = dict(run.idle or {})
+    if state.get("attempt", 0) != attempt:
+        state = {"attempt": attempt}      # a new attempt starts from nothing
     if state.get("stopped") or not samples:
         return None, state
-    now, earlier = totals(samples, run.cpus), state.get("mark")
-    used, state["mark"] = utilization_since(earlier, now, settings.idle_measure)
+    reading, earlier = totals(samples, run), state.get("mark")
+    used, state["mark"] = utilization_since(earlier, reading, settings.idle_measure)
     if used is None or earlier is None:
         return None, state
     if used >= settings.idle_below:
-        state.update(since=None, warned=False)
+        state.update(since=None, warned_at=None)
         return None, state
     # Idle since the reading before this one, at least.
     since = state.get("since") or earlier["time"]
-    state.update(since=since, below=settings.idle_below, measure=settings.idle_measure)
-    idle_minutes = (now["time"] - since) / 60
-    warn_after = settings.idle_warn_minutes or 0.0     # judged() holds it is set
-    if idle_minutes >= warn_after + settings.idle_stop_minutes:
+    state.update(since=since, below=settings.idle_below, measure=settings.idle_measure,
+                 attempt=attempt)
+    idle_minutes = (reading["time"] - since) / 60
+    warned_at = state.get("warned_at")
+    if warned_at is None:
+        if idle_minutes >= (settings.idle_warn_minutes or 0.0):   # judged(): it is set
+            state["warned_at"] = now
+            return WARN, state
+        return None, state
+    if (now - warned_at) / 60 >= settings.idle_stop_minutes:
         state.update(stopped=True, minutes=round(idle_minutes, 1))
         return STOP, state
-    if idle_minutes >= warn_after and not state.get("warned"):
-        state["warned"] = True
-        return WARN, state
     return None, state
 
 
-def apply_idle_policy(run: Run, samples: list[dict], settings: UsageSettings) -> dict | None:
+def apply_idle_policy(run: Run, samples: list[dict], settings: UsageSettings,
+                      now: float) -> dict | None:
     """One reading's step of the policy for a running run, and what it asks:
     its owner told, or its job canceled (the reconciler settles it). The
     run's new idle state, for the caller to write; None when not judged."""
     if not judged(run, settings):
         return None
-    action, state = idle_step(run, samples, settings)
+    action, state = idle_step(run, samples, settings, now)
     if action == WARN:
         enqueue_idle_warning(run, settings.idle_measure, settings.idle_below,
                              settings.idle_warn_minutes or 0, settings.idle_stop_minutes)

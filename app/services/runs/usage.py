@@ -28,11 +28,13 @@ USAGE_FILE = re.compile(r"^usage\.([0-9]{1,4})\.jsonl$")
 # more with many GPUs); a run has at most MAX_NODES files read.
 TAIL = 16 * 1024
 MAX_NODES = 256
-# What the Telemetry tab draws at most of a run's files, all nodes together
-# (the newest part of each: 4 MiB is two days of one node at 10 s), and at
-# least of each node's.
-SERIES_BYTES = 4 * 1024 * 1024
+# What the Telemetry tab reads at most of a run's files, all nodes together,
+# and at least of each node's, on each refresh (every 2 s while it runs): a
+# longer file is read in SPREAD pieces from its start to its end, so the
+# charts span the whole run at a coarser grain.
+SERIES_BYTES = 1024 * 1024
 NODE_SERIES_BYTES = 64 * 1024
+SPREAD = 64
 GIB = 1 << 30
 NO_GPU_TELEMETRY = "no GPU telemetry on this cluster"
 # The last line of `div run` says a run over-asked only for one that ran
@@ -82,26 +84,41 @@ def _files(state_dir: str) -> list[tuple[int, str]]:
     return found[:MAX_NODES]
 
 
-def _read(path: str, most: int) -> bytes:
-    """The last `most` bytes of a file in the state folder (no link, no FIFO)."""
+def _read(path: str, most: int, pieces: int = 1) -> list[bytes]:
+    """At most `most` bytes of a file in the state folder (no link, no
+    FIFO): its end, or `pieces` pieces spread from its start to its end,
+    each cut to its whole lines."""
     fd = open_state_fd(path)
     if fd is None:
-        return b""
+        return []
     try:
-        return os.pread(fd, most, max(0, os.fstat(fd).st_size - most))
+        size = os.fstat(fd).st_size
+        if size <= most or pieces == 1:
+            data = os.pread(fd, most, max(0, size - most))
+            return [data if size <= most else data[data.find(b"\n") + 1:]]
+        piece = most // pieces
+        starts = [(size - piece) * i // (pieces - 1) for i in range(pieces)]
+        chunks = [os.pread(fd, piece, start) for start in starts]
+        return [c if start == 0 else c[c.find(b"\n") + 1:] for c, start in zip(chunks, starts,
+                                                                              strict=True)]
+    except OSError:      # the share failing (EIO, ESTALE): nothing read this time
+        return []
     finally:
         os.close(fd)
+
+
+def _samples_in(chunks: list[bytes]) -> list[dict]:
+    return [s for chunk in chunks for line in chunk[:chunk.rfind(b"\n") + 1].splitlines()
+            if (s := parse_sample(line)) is not None]
 
 
 def last_samples(state_dir: str) -> list[dict]:
     """Each node's newest sample of the run's newest attempt."""
     samples = []
     for _, name in _files(state_dir):
-        data = _read(os.path.join(state_dir, name), TAIL)
-        lines = data[:data.rfind(b"\n") + 1].splitlines()
-        sample = next((s for line in reversed(lines) if (s := parse_sample(line))), None)
-        if sample is not None:
-            samples.append(sample)
+        found = _samples_in(_read(os.path.join(state_dir, name), TAIL))
+        if found:
+            samples.append(found[-1])
     newest = max((s["attempt"] or 0 for s in samples), default=0)
     return [s for s in samples if (s["attempt"] or 0) == newest]
 
@@ -116,6 +133,17 @@ def _max(*values: float | None) -> int | None:
     return int(max(present)) if present else None
 
 
+def per_node(run: Run) -> tuple[int, int]:
+    """A run's cores and memory (GiB) on each of its nodes."""
+    nodes = gpu_type(run.gpu_type).nodes_for(run.gpus)
+    return -(-run.cpus // nodes), -(-run.memory_gib // nodes)
+
+
+def _cpu_span(samples: list[dict], cores: int) -> float:
+    """Core-seconds the nodes that measured CPU time had to give."""
+    return sum(s["time"] - s["start"] for s in samples if s["cpu_s"] is not None) * cores
+
+
 def _ratio(used: float | None, available: float) -> float | None:
     if used is None or available <= 0:
         return None
@@ -126,10 +154,8 @@ def summarize(run: Run, samples: list[dict], accounted: JobUsage | None = None,
               seconds: float | None = None) -> dict:
     """The run's `usage` object from its nodes' samples and, once it has
     ended, Slurm's accounting of its newest attempt (`seconds` long)."""
-    nodes = max(1, len(samples))
-    sampled_cpu = _sum(samples, "cpu_s")
-    sampled_wall = sum(s["time"] - s["start"] for s in samples) * run.cpus / nodes
-    cpu_efficiency = _ratio(sampled_cpu, sampled_wall)
+    cores, memory_gib = per_node(run)
+    cpu_efficiency = _ratio(_sum(samples, "cpu_s"), _cpu_span(samples, cores))
     gpu_utilization = _ratio(_sum(samples, "gpu_busy_s"), _sum(samples, "gpu_s") or 0)
     gpu_memory = _max(*(s["gpu_memory_peak"] for s in samples))
     memory = _max(*(s["memory_peak"] for s in samples))
@@ -137,7 +163,10 @@ def summarize(run: Run, samples: list[dict], accounted: JobUsage | None = None,
     if accounted is not None:
         source = "slurm"
         if accounted.cpu_seconds is not None and seconds:
-            cpu_efficiency = _ratio(accounted.cpu_seconds, seconds * run.cpus)
+            # Both fall short of the truth when they miss something (a step
+            # accounting never heard of, a sampler started late): the higher.
+            slurm = _ratio(accounted.cpu_seconds, seconds * run.cpus)
+            cpu_efficiency = slurm if cpu_efficiency is None else max(cpu_efficiency, slurm or 0)
         memory = _max(memory, accounted.max_memory_bytes)
         gpu_memory = _max(gpu_memory, accounted.gpu_memory_bytes)
         if gpu_utilization is None and accounted.gpu_utilization is not None:
@@ -145,7 +174,7 @@ def summarize(run: Run, samples: list[dict], accounted: JobUsage | None = None,
     has_gpus = not gpu_type(run.gpu_type).is_cpu
     measured = gpu_utilization is not None or gpu_memory is not None
     return {"cpu_efficiency": cpu_efficiency, "max_memory_bytes": memory,
-            "memory_requested_bytes": run.memory_gib * GIB,
+            "memory_requested_bytes": memory_gib * GIB,
             "gpu_utilization": gpu_utilization if has_gpus else None,
             "gpu_memory_max_bytes": gpu_memory if has_gpus else None,
             "gpu_note": NO_GPU_TELEMETRY if has_gpus and not measured else None,
@@ -178,9 +207,10 @@ def over_asked(run: Run) -> str | None:
     # cost nothing more, and saying they sat idle is noise.
     included = gpu_type(run.gpu_type)
     chosen_memory = included.is_cpu or run.memory_gib > run.gpus * included.memory_gib
-    if memory is not None and chosen_memory and run.memory_gib >= HINT_MEMORY_GIB \
-            and memory < HINT_BELOW * run.memory_gib * GIB:
-        return f"peak memory {format_gib(memory)} of {run.memory_gib} GiB"
+    requested = per_node(run)[1]      # the peak is one node's
+    if memory is not None and chosen_memory and requested >= HINT_MEMORY_GIB \
+            and memory < HINT_BELOW * requested * GIB:
+        return f"peak memory {format_gib(memory)} of {requested} GiB"
     cpu = usage.get("cpu_efficiency")
     chosen_cores = included.is_cpu or run.cpus > run.gpus * included.cores
     if cpu is not None and chosen_cores and run.cpus >= 4 and cpu < HINT_BELOW:
@@ -200,15 +230,14 @@ def utilization_since(earlier: dict | None, now: dict,
     return (_ratio(busy - earlier["busy"], spent) if spent > 0 else None), totals
 
 
-def totals(samples: list[dict], cpus: int) -> dict:
+def totals(samples: list[dict], run: Run) -> dict:
     """What the idle policy compares reading to reading: busy and available
-    GPU-seconds and CPU-seconds over the run's nodes."""
-    nodes = max(1, len(samples))
+    GPU-seconds and CPU-seconds over the run's nodes that measured them."""
+    busy = _sum(samples, "cpu_s")
     return {"time": max((s["time"] for s in samples), default=0.0),
             "gpu_busy": _sum(samples, "gpu_busy_s"), "gpu_span": _sum(samples, "gpu_s"),
-            "cpu_busy": _sum(samples, "cpu_s"),
-            "cpu_span": sum(s["time"] - s["start"] for s in samples) * cpus / nodes
-            if samples else None}
+            "cpu_busy": busy,
+            "cpu_span": None if busy is None else _cpu_span(samples, per_node(run)[0])}
 
 
 # The Telemetry tab's system charts: (title, what each series is, its value
@@ -242,10 +271,7 @@ def node_series(state_dir: str) -> list[tuple[int, list[dict]]]:
     files, nodes = _files(state_dir), []
     budget = max(NODE_SERIES_BYTES, SERIES_BYTES // max(1, len(files)))
     for node, name in files:
-        data = _read(os.path.join(state_dir, name), budget)
-        # From the end: the first line may be cut, and is left out with the rest that is not a sample.
-        samples = [s for line in data[:data.rfind(b"\n") + 1].splitlines()
-                   if (s := parse_sample(line)) is not None]
+        samples = _samples_in(_read(os.path.join(state_dir, name), budget, SPREAD))
         if samples:
             nodes.append((node, samples))
     newest = max((s["attempt"] or 0 for _, samples in nodes for s in samples), default=0)

@@ -47,7 +47,7 @@ def follow_running(run: Run, state_dir: str, settings: UsageSettings, now: float
         return
     samples = last_samples(state_dir)
     reading = {"id": run.id, "usage": summarize(run, samples), "usage_read_at": now}
-    idle = apply_idle_policy(run, samples, settings)
+    idle = apply_idle_policy(run, samples, settings, now)
     readings.append(reading if idle is None else {**reading, "idle": idle})
 
 
@@ -81,5 +81,8 @@ def settle_ended(ended: Iterable[tuple[Run, JobRecord, str]]) -> None:
         accounted = {}
     for run, record, state_dir in ended:
         seconds = (record.elapsed_seconds or 0) - record.earlier_seconds
-        run.usage = summarize(run, last_samples(state_dir),
-                              accounted.get(cast(str, run.slurm_job_id)), seconds)
+        try:
+            run.usage = summarize(run, last_samples(state_dir),
+                                  accounted.get(cast(str, run.slurm_job_id)), seconds)
+        except Exception:   # one run's figures never stop the cycle every org shares
+            log.exception("could not settle what %s used", run.name)
