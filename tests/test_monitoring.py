@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from divergent.app.extensions import db
-from divergent.app.models import Project, utcnow
+from divergent.app.models import Org, Project, Run, utcnow
 from divergent.app.services.accounts.keys import create_key
 from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
 from divergent.app.services.site import gauges as site_gauges
@@ -93,6 +93,9 @@ def test_runs_queue_spend_reconciler_slurm_errors_and_followers(site):
     assert m[("divergent_queue_wait_seconds_sum", ())] == pytest.approx(80)
     assert m[("divergent_queue_wait_median_seconds", ())] == pytest.approx(10)
     assert m[("divergent_spend_dollars", (("org", "acme"),))] == 6.25
+    # Each org's running a100 run holds its GPU; nothing measured it: no "used".
+    assert m[("divergent_gpus_allocated", (("gpu", "a100"), ("org", "other")))] == 1
+    assert ("divergent_gpus_used", (("gpu", "a100"), ("org", "other"))) not in m
     assert m[("divergent_spend_limit_dollars", (("org", "acme"),))] == 100
     assert ("divergent_spend_limit_dollars", (("org", "other"),)) not in m
     assert m[("divergent_reconciler_lag_seconds", ())] == -1           # never cycled
@@ -167,3 +170,14 @@ def test_slurm_away_is_asked_once_per_cache_period_not_once_per_waiter(site):
             with pytest.raises(Unavailable):
                 cluster_nodes()
     assert Away.asked == 1
+
+
+def test_gpus_used_are_what_the_samplers_measured(site):
+    app, _ = site
+    run = db.session.execute(db.select(Run).where(Run.status == "running")).scalars().first()
+    run.gpus, run.usage = 4, {"gpu_utilization": 0.25}
+    db.session.commit()
+    org = db.session.get(Org, run.org_id).name
+    _, m = scrape(app, TOKEN)
+    assert m[("divergent_gpus_allocated", (("gpu", "a100"), ("org", org)))] == 4
+    assert m[("divergent_gpus_used", (("gpu", "a100"), ("org", org)))] == 1.0

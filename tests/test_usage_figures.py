@@ -54,6 +54,14 @@ def test_nvidia_smi_lines_become_utilization_bytes_and_watts():
     assert sampler.parse_nvidia_smi("No devices were found\n") == []
 
 
+def test_the_sampler_asks_for_the_jobs_own_gpus_by_slurms_global_ids():
+    assert sampler.job_gpus({"SLURM_STEP_GPUS": "4,5", "CUDA_VISIBLE_DEVICES": "0,1"}) == "4,5"
+    assert sampler.job_gpus({"SLURM_JOB_GPUS": "7", "CUDA_VISIBLE_DEVICES": "0"}) == "7"
+    assert sampler.job_gpus({"CUDA_VISIBLE_DEVICES": "2"}) == "2"
+    assert sampler.job_gpus({"CUDA_VISIBLE_DEVICES": "GPU-5d1c;rm -rf /"}) == ""
+    assert sampler.job_gpus({}) == ""
+
+
 def test_the_sampler_reads_the_job_level_cgroup_of_v1_and_v2():
     v1 = ["12:memory:/slurm_node1/uid_1000/job_42/step_0/task_0\n",
           "4:cpu,cpuacct:/slurm_node1/uid_1000/job_42/step_0/task_0\n",

@@ -74,8 +74,7 @@ began, so the server needs only a node'"'"'s last line for the run'"'"'s figures
      "gpu_busy_s", "gpu_s", "gpu_memory_peak"}
 CPU and memory come from the job'"'"'s cgroup (v1 or v2): all its steps, the
 run'"'"'s processes and nothing else. GPU figures come from nvidia-smi for the
-job'"'"'s own GPUs alone (CUDA_VISIBLE_DEVICES, as Slurm set it for the job);
-without it they are null, never invented.
+job'"'"'s own GPUs alone (job_gpus()); without it they are null, never invented.
 argv: the file, the interval in seconds, the pid whose end ends the sampler."""
 from __future__ import annotations
 
@@ -257,12 +256,23 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def job_gpus(env: dict[str, str]) -> str:
+    """The job'"'"'s GPUs as nvidia-smi -i takes them: Slurm'"'"'s global ids
+    (SLURM_STEP_GPUS, SLURM_JOB_GPUS: never relative to a device cgroup,
+    in the order of NVML'"'"'s own indices where gres.conf comes from NVML),
+    else CUDA_VISIBLE_DEVICES; none when none of them is a list of ids."""
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        value = env.get(name, "")
+        if re.fullmatch(r"\d+(,\d+)*", value):
+            return value
+    return ""
+
+
 def main(path: str, interval: float, watched: int) -> None:
     with open("/proc/self/cgroup") as f:
         groups = job_cgroups(f)
-    devices = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     totals = Totals(int(os.environ.get("DIV_RESTART_COUNT", "0") or 0), groups,
-                    devices if re.fullmatch(r"\d+(,\d+)*", devices) else "")
+                    job_gpus(dict(os.environ)))
     # The node function ends the sampler when the run has ended: one last line.
     ending: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: ending.append(True))
