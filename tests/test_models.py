@@ -110,8 +110,8 @@ def test_org_admins_revoke_any_key_of_their_org_and_members_only_their_own(migra
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 def test_channels_with_the_old_default_events_hear_idle_after_the_migration(
         database, tmp_path, make_app):
-    """Migration 0019 adds `idle` (the new default) to channels made with the
-    old default events alone: an idle policy never stops their owners' runs
+    """Migration 0019 adds `idle` (the new default) to channels that hear all
+    of the old default events: an idle policy never stops their owners' runs
     unwarned. Other choices stay as they were."""
     from flask_migrate import downgrade, upgrade
 
@@ -125,7 +125,7 @@ def test_channels_with_the_old_default_events_hear_idle_after_the_migration(
         org = get_or_create_org("acme")
         user = get_or_create_user(org, "ada")
         old = ["failed", "checks_failed", "budget_exceeded", "limit_reached"]
-        for events in (old, ["ended"]):
+        for events in (old, ["ended"], [*old, "ended"]):
             db.session.execute(sa.text(
                 "INSERT INTO notify_channel (org_id, user_id, kind, target, events, created_at) "
                 "VALUES (:org, :user, 'webhook', 'https://hooks.example.org/x', :events, :now)"),
@@ -134,7 +134,7 @@ def test_channels_with_the_old_default_events_hear_idle_after_the_migration(
         upgrade()
         rows = [json.loads(e) if isinstance(e, str) else e for e in db.session.execute(
             sa.text("SELECT events FROM notify_channel ORDER BY id")).scalars()]
-        assert rows == [[*old, "idle"], ["ended"]]
+        assert rows == [[*old, "idle"], ["ended"], [*old, "ended", "idle"]]
         downgrade(revision="c5d8e9f0a1b2")
         db.session.remove()
         db.engine.dispose()

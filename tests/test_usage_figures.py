@@ -17,7 +17,7 @@ from divergent.app.models import Project, utcnow
 from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
 from divergent.app.services.cluster.gpu_use import gpu_hours_efficiency, gpus_in_use
 from divergent.app.services.money.usage import month_bounds
-from divergent.app.services.runs.idle import STOP, WARN, idle_step, stopped_line
+from divergent.app.services.runs.idle import STOP, WARN, idle_notice, idle_step, stopped_line
 from divergent.app.services.runs.usage import (
     GIB,
     NO_GPU_TELEMETRY,
@@ -52,6 +52,17 @@ def test_nvidia_smi_lines_become_utilization_bytes_and_watts():
         [97.0, 71234 * 1024 * 1024, 612.45], [3.0, 1024 * 1024 * 1024, 88.1],
         [0.0, 0, None], [None, 512 * 1024 * 1024, 70.0]]
     assert sampler.parse_nvidia_smi("No devices were found\n") == []
+
+
+def test_a_failed_nvidia_smi_loses_no_totals_and_adds_nothing(monkeypatch):
+    answers = iter([[[100.0, 1024, 300.0]], None, [[0.0, 2048, 80.0]]])
+    monkeypatch.setattr(sampler, "gpu_sample", lambda devices: next(answers))
+    totals = sampler.Totals(0, {}, "0")
+    lines = [totals.sample() for _ in range(3)] + [totals.sample(gpus_too=False)]
+    assert [line["gpus"] is None for line in lines] == [False, True, False, True]
+    assert all(line["gpu_s"] is not None for line in lines)       # never blanked
+    assert lines[-1]["gpu_memory_peak"] == 2048
+    assert lines[-1]["gpu_busy_s"] <= lines[-1]["gpu_s"]
 
 
 def test_the_sampler_asks_for_the_jobs_own_gpus_by_slurms_global_ids():
@@ -232,8 +243,8 @@ def test_the_charts_of_a_long_file_span_it_at_a_coarser_grain(tmp_path, monkeypa
     assert seconds == sorted(seconds)
 
 
-def reading(t: float, cpu_s: float) -> dict:
-    return parse_sample(sample(time=1000.0 + t, cpu_s=cpu_s))
+def reading(t: float, cpu_s: float, node: int = 0, **more) -> dict:
+    return {**parse_sample(sample(time=1000.0 + t, cpu_s=cpu_s, **more)), "node": node}
 
 
 def test_the_idle_policy_warns_then_stops_and_busy_moments_reset_it(runs):
@@ -258,16 +269,37 @@ def test_nobody_is_stopped_unwarned_and_a_new_attempt_starts_from_nothing(runs):
     run = runs(gpu_type="cpu", cpus=1, memory_gib=2, status="running")
 
     def step(t: float, now: float, attempt: int = 0) -> str | None:
-        action, run.idle = idle_step(run, [parse_sample(sample(
-            time=1000.0 + t, cpu_s=0.0, attempt=attempt))], settings, now)
+        action, run.idle = idle_step(run, [reading(t, 0.0, attempt=attempt)], settings, now)
         return action
     assert step(0, 0) is None
     # The server away 90 minutes (or a node's clock ahead): warned, not stopped.
     assert step(5400, 10) == WARN
     assert step(5430, 40) is None              # 30 s after the warning, by the server's clock
+    # The run's page says when it will be stopped (a minute after the warning at 10).
+    assert idle_notice(run, settings) == ("Its CPUs have stayed under 10% utilization: the "
+                                          "site's idle policy stops it at 00:01 UTC unless "
+                                          "they are used.")
     # Restarted on another node: its idle time starts again, warning included.
     assert step(10, 80, attempt=1) is None
     assert step(100, 170, attempt=1) == WARN
+    # Nothing read once (the share failing) changes nothing, the warning included.
+    assert idle_step(run, [], settings, 200)[1] == run.idle
+
+
+def test_a_node_missing_from_one_reading_never_counts_its_past_as_busy_now(runs):
+    settings = UsageSettings(interval_seconds=1, idle_below=0.1, idle_warn_minutes=1,
+                             idle_stop_minutes=1, idle_measure="gpu")
+    run = runs(gpus=16, cpus=16, memory_gib=128, status="running")
+
+    def step(t: float, nodes: list[int]) -> str | None:
+        # Node 0 was busy for an hour before; both idle since.
+        samples = [reading(t, 0.0, node, gpu_busy_s=3600.0 * 8 if node == 0 else 0.0,
+                           gpu_s=8 * (3600.0 + t)) for node in nodes]
+        action, run.idle = idle_step(run, samples, settings, now=1000.0 + t)
+        return action
+    assert [step(0, [0, 1]), step(30, [0, 1]), step(60, [0, 1])] == [None, None, WARN]
+    assert step(90, [1]) is None               # node 0's GPUs not read this time
+    assert step(150, [0, 1]) == STOP           # back, as idle as before
 
 
 def test_the_month_efficiency_and_gpus_in_use(runs):

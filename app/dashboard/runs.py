@@ -10,6 +10,7 @@ from divergent.app.models import LIVE, RUN_STATUSES
 from divergent.app.services.accounts.orgs import members_of
 from divergent.app.services.errors import ServiceError
 from divergent.app.services.money.catalog import catalog
+from divergent.app.services.runs.idle import idle_notice
 from divergent.app.services.runs.listing import find_run, page_of_runs, run_json
 from divergent.app.services.runs.logs import log_window, masked_stream
 from divergent.app.services.runs.request import rerun_request
@@ -17,6 +18,7 @@ from divergent.app.services.runs.stop import stop_run
 from divergent.app.services.runs.submit import create_run
 from divergent.app.services.runs.text import cli_command, hardware, header_line, summary_line
 from divergent.app.services.site.request_slots import TRANSFER
+from divergent.app.services.site.slurm_access import current_site
 from divergent.app.web.request_args import int_arg
 from divergent.app.web.slots import holding_slot
 
@@ -52,7 +54,8 @@ def run_page(name: str):
     return render_template("run.html", run=run, doc=run_json(run), header=header_line(run),
                            hw=hardware(run), summary=summary_line(run), live=live, chunks=chunks,
                            starts=starts, offsets=offsets, polling=live,
-                           command=cli_command(run))
+                           command=cli_command(run),
+                           idle=idle_notice(run, current_site().usage))
 
 
 @bp.get("/runs/<name>/stop")

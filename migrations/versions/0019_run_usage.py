@@ -1,7 +1,7 @@
 """run usage: what a run used (its sampler's and Slurm's figures), the idle
-policy's state for it, and whether it may idle; channels made with the old
-default events hear `idle` too (the new default), so that an idle policy
-never stops a run whose owner chose the defaults unwarned
+policy's state for it, and whether it may idle; channels that hear all of
+the old default events hear `idle` too (the new default), so that an idle
+policy never stops a run whose owner kept the defaults unwarned
 
 Revision ID: d6e9f0a1b2c3
 Revises: c5d8e9f0a1b2
@@ -25,7 +25,7 @@ def upgrade():
     channels = sa.table('notify_channel', sa.column('id', sa.Integer), sa.column('events', sa.JSON))
     connection = op.get_bind()
     for channel_id, events in connection.execute(sa.select(channels.c.id, channels.c.events)).all():
-        if isinstance(events, list) and set(events) == OLD_DEFAULT:
+        if isinstance(events, list) and OLD_DEFAULT <= set(events) and "idle" not in events:
             connection.execute(channels.update().where(channels.c.id == channel_id)
                                .values(events=[*events, "idle"]))
     with op.batch_alter_table('run', schema=None) as batch_op:

@@ -186,12 +186,20 @@ def _number(text: str) -> float | None:
     return value if value == value and value >= 0 else None
 
 
+# An nvidia-smi that did not end when killed (a GPU hanging it in the
+# kernel): no other is started while it lasts.
+_stuck: list[subprocess.Popen[str]] = []
+
+
 def gpu_sample(devices: str) -> list[list[Any]] | None:
     """The job'"'"'s GPUs now, or None where there is no GPU telemetry. A GPU
     that hangs nvidia-smi in the kernel never holds the sampler: it is
     killed after NVIDIA_SMI_SECONDS and never waited for."""
     if not devices or shutil.which("nvidia-smi") is None:
         return None
+    if _stuck and _stuck[0].poll() is None:
+        return None
+    _stuck.clear()
     try:
         proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={NVIDIA_SMI_QUERY}",
                                  "--format=csv,noheader,nounits", "-i", devices],
@@ -202,6 +210,7 @@ def gpu_sample(devices: str) -> list[list[Any]] | None:
         out, _ = proc.communicate(timeout=NVIDIA_SMI_SECONDS)
     except subprocess.TimeoutExpired:
         proc.kill()
+        _stuck.append(proc)
         return None
     return (parse_nvidia_smi(out) or None) if proc.returncode == 0 else None
 
@@ -218,7 +227,7 @@ class Totals:
         self.memory_peak = 0
         self.gpu_busy_s = self.gpu_s = 0.0
         self.gpu_memory_peak = 0
-        self.gpus: list[list[Any]] | None = None
+        self.gpus: list[list[Any]] | None = None     # as last seen
 
     def sample(self, gpus_too: bool = True) -> dict[str, Any]:
         """Now'"'"'s line; without `gpus_too`, the GPUs as last seen (the last
@@ -228,8 +237,11 @@ class Totals:
         memory = memory_bytes(self.groups)
         if memory is not None:
             self.memory_peak = max(self.memory_peak, memory)
-        gpus = gpu_sample(self.devices) if gpus_too else self.gpus
-        self.gpus = gpus
+        # A failed call (or the last line) adds nothing to the totals and
+        # never loses them: they are written once GPUs were ever seen.
+        gpus = gpu_sample(self.devices) if gpus_too else None
+        if gpus is not None:
+            self.gpus = gpus
         for util, used, _ in gpus or []:
             if util is not None:
                 self.gpu_busy_s += min(util, 100.0) / 100 * (now - self.last)
@@ -241,9 +253,10 @@ class Totals:
                 "cpu_s": None if cpu is None or self.cpu_at_start is None
                 else round(cpu - self.cpu_at_start, 3),
                 "memory": memory, "memory_peak": self.memory_peak if memory is not None else None,
-                "gpus": gpus, "gpu_busy_s": round(self.gpu_busy_s, 3) if gpus else None,
-                "gpu_s": round(self.gpu_s, 3) if gpus else None,
-                "gpu_memory_peak": self.gpu_memory_peak if gpus else None}
+                "gpus": gpus,     # this sample'"'"'s (the charts'"'"'); the totals go on
+                "gpu_busy_s": round(self.gpu_busy_s, 3) if self.gpus else None,
+                "gpu_s": round(self.gpu_s, 3) if self.gpus else None,
+                "gpu_memory_peak": self.gpu_memory_peak if self.gpus else None}
 
 
 def _alive(pid: int) -> bool:

@@ -9,6 +9,7 @@ idle time, and a run started with --allow-idle is left alone."""
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import cast
 
 from divergent.app.models import Run
@@ -39,14 +40,16 @@ def idle_step(run: Run, samples: list[dict], settings: UsageSettings,
     from the attempt's start); the stop comes only after the warning, by
     the server's clock (`now`), so nobody is stopped unwarned: not after a
     restart on another node, a node's clock stepped, or the server away."""
-    attempt = max(s["attempt"] or 0 for s in samples) if samples else 0
     state = dict(run.idle or {})
+    if not samples:
+        return None, state       # nothing read this time: nothing changes
+    attempt = max(s["attempt"] or 0 for s in samples)
     if state.get("attempt", 0) != attempt:
         state = {"attempt": attempt}      # a new attempt starts from nothing
-    if state.get("stopped") or not samples:
+    if state.get("stopped"):
         return None, state
-    reading, earlier = totals(samples, run), state.get("mark")
-    used, state["mark"] = utilization_since(earlier, reading, settings.idle_measure)
+    reading, earlier = totals(samples, run, settings.idle_measure), state.get("mark")
+    used, state["mark"] = utilization_since(earlier, reading), reading
     if used is None or earlier is None:
         return None, state
     if used >= settings.idle_below:
@@ -98,3 +101,16 @@ def stopped_line(run: Run) -> str | None:
     what = "GPUs" if state.get("measure", "gpu") == "gpu" else "CPUs"
     return (f"its {what} stayed under {state.get('below', 0):.0%} utilization for "
             f"{state.get('minutes', 0):g} minutes")
+
+
+def idle_notice(run: Run, settings: UsageSettings) -> str | None:
+    """What the run's page says of a warning the policy gave: when it stops
+    the run unless its GPUs (or CPUs) are used."""
+    state = run.idle or {}
+    warned_at = state.get("warned_at")
+    if run.status != "running" or warned_at is None or state.get("stopped"):
+        return None
+    what = "GPUs" if state.get("measure", "gpu") == "gpu" else "CPUs"
+    stop_at = datetime.fromtimestamp(warned_at + settings.idle_stop_minutes * 60, UTC)
+    return (f"Its {what} have stayed under {state.get('below', 0):.0%} utilization: the site's "
+            f"idle policy stops it at {stop_at:%H:%M} UTC unless they are used.")

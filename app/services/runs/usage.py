@@ -113,12 +113,13 @@ def _samples_in(chunks: list[bytes]) -> list[dict]:
 
 
 def last_samples(state_dir: str) -> list[dict]:
-    """Each node's newest sample of the run's newest attempt."""
+    """Each node's newest sample of the run's newest attempt (with the
+    node's number, as "node")."""
     samples = []
-    for _, name in _files(state_dir):
+    for node, name in _files(state_dir):
         found = _samples_in(_read(os.path.join(state_dir, name), TAIL))
         if found:
-            samples.append(found[-1])
+            samples.append({**found[-1], "node": node})
     newest = max((s["attempt"] or 0 for s in samples), default=0)
     return [s for s in samples if (s["attempt"] or 0) == newest]
 
@@ -218,26 +219,33 @@ def over_asked(run: Run) -> str | None:
     return None
 
 
-def utilization_since(earlier: dict | None, now: dict,
-                      measure: str) -> tuple[float | None, dict]:
-    """The run's utilisation between two readings of its totals (`measure`:
-    its GPUs' or its CPUs'), and the totals to compare the next one with."""
-    busy, span = now.get(f"{measure}_busy"), now.get(f"{measure}_span")
-    totals = {"time": now["time"], "busy": busy, "span": span}
-    if earlier is None or busy is None or span is None or earlier.get("busy") is None:
-        return None, totals
-    spent = span - earlier["span"]
-    return (_ratio(busy - earlier["busy"], spent) if spent > 0 else None), totals
+def totals(samples: list[dict], run: Run, measure: str) -> dict:
+    """What the idle policy compares reading to reading: each node's busy
+    and available GPU-seconds (`measure` "gpu") or CPU-seconds, of the nodes
+    that measured them, by node."""
+    cores = per_node(run)[0]
+    nodes = {}
+    for sample in samples:
+        if measure == "gpu" and sample["gpu_busy_s"] is not None and sample["gpu_s"] is not None:
+            nodes[str(sample["node"])] = [sample["gpu_busy_s"], sample["gpu_s"]]
+        elif measure == "cpu" and sample["cpu_s"] is not None:
+            nodes[str(sample["node"])] = [sample["cpu_s"],
+                                          (sample["time"] - sample["start"]) * cores]
+    return {"time": max((s["time"] for s in samples), default=0.0), "nodes": nodes}
 
 
-def totals(samples: list[dict], run: Run) -> dict:
-    """What the idle policy compares reading to reading: busy and available
-    GPU-seconds and CPU-seconds over the run's nodes that measured them."""
-    busy = _sum(samples, "cpu_s")
-    return {"time": max((s["time"] for s in samples), default=0.0),
-            "gpu_busy": _sum(samples, "gpu_busy_s"), "gpu_span": _sum(samples, "gpu_s"),
-            "cpu_busy": busy,
-            "cpu_span": None if busy is None else _cpu_span(samples, per_node(run)[0])}
+def utilization_since(earlier: dict | None, now: dict) -> float | None:
+    """The run's utilisation between two readings of its totals, over the
+    nodes both measured (a node missing from one reading never counts its
+    whole past as the time between them); None when none did."""
+    if earlier is None:
+        return None
+    busy = spent = 0.0
+    for node, (busy_now, span_now) in now["nodes"].items():
+        before = earlier.get("nodes", {}).get(node)
+        if before is not None and span_now > before[1] and busy_now >= before[0]:
+            busy, spent = busy + busy_now - before[0], spent + span_now - before[1]
+    return _ratio(busy, spent) if spent > 0 else None
 
 
 # The Telemetry tab's system charts: (title, what each series is, its value
