@@ -2,7 +2,9 @@
 a core), on the dev stack: a run keeps a core busy while the sampler beside
 it is found on its node and its own CPU time read from /proc over a minute,
 at the site's default interval and at 1 s. The baseline, measured in the
-same run, is the run's own busy core over the same minute.
+same run, is the run's own busy core over the same minute. And what it adds
+to a run's start and end: `div run -- true` with the sampler against
+without (the site's interval 0), in turn, medians of ROUNDS.
 
 (The reconciler's cost of reading 5,000 runs' usage is bench/reconciler.py's.)
 
@@ -11,6 +13,7 @@ Run by hand on a machine where `make up` ran:  .venv/bin/python bench/usage.py
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,9 +74,29 @@ def measure(interval: int, folder: Path) -> tuple[float, float]:
     return (after[0] - before[0]) / wall, (after[1] - before[1]) / wall
 
 
+ROUNDS = 10
+
+
+def trivial_runs(folder: Path) -> dict[int, float]:
+    """The median seconds of `div run -- true` by the site's interval."""
+    taken: dict[int, list[float]] = {0: [], 10: []}
+    for _ in range(ROUNDS):
+        for interval, times in taken.items():
+            subprocess.run([*FLASK, "site", "usage", "--interval", str(interval)], check=True,
+                           capture_output=True)
+            started = time.monotonic()
+            div("run", "--gpu", "cpu", "--no-upload", "--", "true", cwd=folder)
+            times.append(time.monotonic() - started)
+    return {interval: statistics.median(times) for interval, times in taken.items()}
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-usage-") as tmp:
         try:
+            runs = trivial_runs(Path(tmp))
+            print(f"div run -- true: {runs[10]:.2f} s with the sampler, {runs[0]:.2f} s without")
+            record("div run -- true, sampler beside it", f"{runs[10]:.2f} s (median of {ROUNDS})",
+                   "unchanged", f"without: {runs[0]:.2f} s", f"{runs[10] / runs[0]:.2f}x")
             for interval in (10, 1):
                 sampler, run = measure(interval, Path(tmp))
                 print(f"sampler at {interval} s: {sampler:.3%} of a core; the run beside it "

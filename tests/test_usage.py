@@ -18,7 +18,7 @@ from tests.stack import VENV_BIN
 
 GIB = 1 << 30
 PASSWORD = "usage-test-password"
-BUSY = """import time
+BUSY = """import os, time
 block = bytearray(1 << 30)
 for i in range(0, len(block), 4096):    # a GiB it really holds
     block[i] = 1
@@ -26,7 +26,8 @@ print("holding a GiB", flush=True)
 end = time.time() + 70
 while time.time() < end:                # one core of its two, busy
     pass
-print("done")
+times = os.times()                      # what it used, by its own count
+print(f"cpu {times.user + times.system:.1f}")
 """
 
 
@@ -63,10 +64,11 @@ def test_a_busy_core_of_two_and_a_gib_are_measured_charted_and_kept_to_the_org(
         expect(page.locator("figure.system canvas").first).to_be_visible(timeout=10_000)
         cores = page.evaluate("JSON.parse(document.getElementById('chart-data').textContent)"
                               ".find(c => c.title === 'CPU cores in use').data[1]")
-        assert max(v for v in cores if v is not None) > 0.8      # one core, busy
+        # One core, busy (as much of one as this machine gives it).
+        assert max(v for v in cores if v is not None) > 0.4
         page.close()
 
-        _, err = div.communicate(timeout=180)
+        out, err = div.communicate(timeout=180)
     finally:
         div.kill()
         stack.flask("site", "usage", "--interval", "10")
@@ -75,9 +77,15 @@ def test_a_busy_core_of_two_and_a_gib_are_measured_charted_and_kept_to_the_org(
     # The last line adds one hint: 16 GiB asked, about 1 GiB used.
     assert last.startswith("busy-core finished in ") and " · peak memory 1." in last
     assert last.endswith(" GiB of 16 GiB"), last
-    usage = stack.run_json("busy-core")["usage"]
+    run = stack.run_json("busy-core")
+    usage = run["usage"]
     assert usage["source"] == "slurm"
-    assert 0.4 <= usage["cpu_efficiency"] <= 0.6, usage
+    # Near a half of its two cores: what the program counted of its own CPU
+    # time over the run's two cores' time (a busy test machine may give a
+    # busy loop less than a whole core, and this says how much it got).
+    own = float(out.decode().split("cpu ")[1]) / (2 * run["duration"])
+    assert 0.2 < usage["cpu_efficiency"] <= 0.6 and abs(usage["cpu_efficiency"] - own) < 0.08, \
+        (usage, own)
     assert GIB <= usage["max_memory_bytes"] < 2 * GIB, usage
 
 

@@ -74,9 +74,9 @@ div_sample() {
 div_sampled() {
     [ -n "$div_sampler" ] || return 0
     kill "$div_sampler" 2>/dev/null
-    for _ in $(seq 20); do
+    for _ in $(seq 200); do
         kill -0 "$div_sampler" 2>/dev/null || return 0
-        sleep 0.1
+        sleep 0.01
     done
     kill -KILL "$div_sampler" 2>/dev/null
 }

@@ -281,27 +281,39 @@ def job_gpus(env: dict[str, str]) -> str:
     return ""
 
 
+class Ending(Exception):
+    """The node function'"'"'s TERM: the run has ended."""
+
+
+def _ending(*_: object) -> None:
+    raise Ending
+
+
 def main(path: str, interval: float, watched: int) -> None:
     with open("/proc/self/cgroup") as f:
         groups = job_cgroups(f)
     totals = Totals(int(os.environ.get("DIV_RESTART_COUNT", "0") or 0), groups,
                     job_gpus(dict(os.environ)))
-    # The node function ends the sampler when the run has ended: one last line.
-    ending: list[bool] = []
-    signal.signal(signal.SIGTERM, lambda *_: ending.append(True))
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o640)
-    pause = interval
-    while True:
-        last = bool(ending) or not _alive(watched)
-        line = totals.sample(gpus_too=not last)
+
+    def write(line: dict[str, Any]) -> None:
         os.write(fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
-        if last:
-            return
-        if os.fstat(fd).st_size > SLOWER_PAST:
-            pause = interval * 4
-        deadline = time.monotonic() + pause
-        while not ending and time.monotonic() < deadline and _alive(watched):
-            time.sleep(min(0.5, pause))
+    # The node function ends the sampler as the run ends (TERM): one last
+    # line at once, without nvidia-smi, so that the run'"'"'s end waits on nothing.
+    signal.signal(signal.SIGTERM, _ending)
+    try:
+        pause = interval
+        while _alive(watched):
+            write(totals.sample())
+            if os.fstat(fd).st_size > SLOWER_PAST:
+                pause = interval * 4
+            deadline = time.monotonic() + pause
+            while time.monotonic() < deadline and _alive(watched):
+                time.sleep(min(1.0, pause))
+        write(totals.sample(gpus_too=False))
+    except Ending:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        write(totals.sample(gpus_too=False))
 
 
 if __name__ == "__main__":
@@ -401,9 +413,9 @@ div_sample() {
 div_sampled() {
     [ -n "$div_sampler" ] || return 0
     kill "$div_sampler" 2>/dev/null
-    for _ in $(seq 20); do
+    for _ in $(seq 200); do
         kill -0 "$div_sampler" 2>/dev/null || return 0
-        sleep 0.1
+        sleep 0.01
     done
     kill -KILL "$div_sampler" 2>/dev/null
 }
