@@ -165,3 +165,29 @@ def test_a_run_asks_for_at_most_256_nodes_of_gpus(app_context, gpus, says):
         parse_request({"project": "p", "command": "true", "gpu": "h100", "gpus": gpus})
     with pytest.raises(Invalid, match="at most 64"):
         parse_request({"project": "p", "command": "true", "gpu": "cpu", "gpus": 65})
+
+
+def test_usage_says_how_much_of_the_months_gpu_hours_worked_and_site_usage_its_settings(
+        acme, app, tmp_path):
+    with app.app_context():
+        org = get_or_create_org("acme")
+        user = get_or_create_user(org, "alice")
+        project = Project(org_id=org.id, name="p")
+        db.session.add(project)
+        db.session.flush()
+        for name, usage in (("measured", {"gpu_utilization": 0.6}), ("blind", None)):
+            db.session.add(Run(org_id=org.id, project_id=project.id, user_id=user.id,
+                               name=name, status="succeeded", gpu_type="h100", gpus=2, cpus=2,
+                               memory_gib=16, image="img", command="true",
+                               rate_micros_per_hour=9_600_000, elapsed_seconds=3600,
+                               usage=usage))
+        db.session.commit()
+    assert "  GPU hours 4.0, 60% of them working" in flask(acme, "usage")
+    app.config["DIV_SITE_FILE"] = str(tmp_path / "site.toml")
+    assert "idle policy   off" in flask(acme, "site", "usage")
+    on = flask(acme, "site", "usage", "--idle-warn", "30", "--idle-below", "0.1")
+    assert "under 0.1 of its GPUs: warned after 30 min, stopped 30 min later" in on
+    assert "idle_warn_minutes = 30.0" in (tmp_path / "site.toml").read_text()
+    assert "idle_below: a utilisation above 0" in flask(acme, "site", "usage", "--idle-below",
+                                                        "2", code=1)
+    assert "idle policy   off" in flask(acme, "site", "usage", "--idle-off")
