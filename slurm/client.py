@@ -13,15 +13,12 @@ from divergent.slurm.records import (
     SACCT_FIELDS,
     SINFO_FIELDS,
     SQUEUE_FORMAT,
-    USAGE_FIELDS,
     JobRecord,
-    JobUsage,
     NodeRecord,
     merge,
     parse_sacct,
     parse_sinfo_nodes,
     parse_squeue,
-    parse_usage,
     slurm_minutes,
 )
 from divergent.slurm.transport import (
@@ -214,13 +211,6 @@ class SlurmClient:
         return parse_sacct("".join(self._run([
             "sacct", "--noheader", "--parsable2", "--duplicates", f"--jobs={','.join(some)}",
             f"--format={SACCT_FIELDS}"]).stdout for some in _chunks(ids)))
-
-    def usage(self, job_ids: list[str]) -> dict[str, JobUsage]:
-        """What ended jobs used, as accounting has it (their newest attempt)."""
-        ids = [_job_id(j) for j in job_ids]
-        return parse_usage("".join(self._run([
-            "sacct", "--noheader", "--parsable2", f"--jobs={','.join(some)}",
-            f"--format={USAGE_FIELDS}"]).stdout for some in _chunks(ids))) if ids else {}
 
     @staticmethod
     def _merged(live: dict[str, JobRecord], final: Callable[[], dict[str, JobRecord]],

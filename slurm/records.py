@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 # %b: the GRES a node asks for, %D: how many nodes (the job's GPUs are both).
 SQUEUE_FORMAT = "%i|%T|%r|%S|%N|%j|%b|%D"
 # JobID, not JobIDRaw: a sweep's member is "87_3" (its raw id is another).
-SACCT_FIELDS = "JobID,State,ExitCode,Start,End,ElapsedRaw,NodeList,Reason,JobName,ReqTRES"
+SACCT_FIELDS = ("JobID,State,ExitCode,Start,End,ElapsedRaw,NodeList,Reason,JobName,ReqTRES,"
+                "TotalCPU,TRESUsageInMax")
 
 LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
                "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT"}
@@ -20,6 +21,55 @@ LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
 MAY_RESTART = {"NODE_FAIL", "PREEMPTED"}
 # Past this, such an end squeue does not list is final (MinJobAge is 300 s).
 RESTART_GRACE = 600
+
+
+# What a job used, from accounting (the last two of SACCT_FIELDS): its CPU
+# time (the job's line sums its steps'), and each step's peak memory and GPU
+# figures (TRESUsageInMax: mem=, and gres/gpumem= and gres/gpuutil= where
+# the site gathers them).
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+_TRES_AMOUNT = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)$")
+
+
+@dataclass(slots=True)
+class JobUsage:
+    cpu_seconds: float | None = None
+    max_memory_bytes: int | None = None
+    gpu_memory_bytes: int | None = None
+    gpu_utilization: float | None = None     # the highest a step saw, 0..1
+
+
+def cpu_time(text: str) -> float | None:
+    """sacct's TotalCPU: [D-][HH:]MM:SS[.mmm]."""
+    days, _, rest = text.rpartition("-")
+    parts = rest.split(":")
+    try:
+        seconds = sum(float(p) * 60 ** i for i, p in enumerate(reversed(parts)))
+        return seconds + (int(days) * 86400 if days else 0) if 2 <= len(parts) <= 3 else None
+    except ValueError:
+        return None
+
+
+def _tres_amounts(text: str) -> dict[str, float]:
+    amounts = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        match = _TRES_AMOUNT.match(value)
+        if match:
+            amounts[name] = float(match.group(1)) * _UNITS[match.group(2)]
+    return amounts
+
+
+def _add_step_usage(record: JobUsage, tres: str) -> None:
+    amounts = _tres_amounts(tres)
+    for name, attr, scale in (("mem", "max_memory_bytes", 1),
+                              ("gres/gpumem", "gpu_memory_bytes", 1),
+                              ("gres/gpuutil", "gpu_utilization", 0.01)):
+        if name in amounts:
+            value = amounts[name] * scale
+            best = getattr(record, attr)
+            value = value if best is None else max(best, value)
+            setattr(record, attr, value if attr == "gpu_utilization" else int(value))
 
 
 # slots and no frozen __setattr__ detour: 10,000 rows parse in about half the time.
@@ -38,6 +88,7 @@ class JobRecord:
     restarts: int = 0          # attempts before this one (a node failed, ...)
     earlier_seconds: int = 0   # their elapsed seconds
     gpus: dict[str, int] = field(default_factory=dict)   # the job's, by GRES type
+    usage: JobUsage | None = None   # what it used, from sacct (its newest attempt's)
 
     @property
     def finished(self) -> bool:
@@ -82,17 +133,21 @@ def parse_squeue(output: str) -> dict[str, JobRecord]:
 
 def parse_sacct(output: str) -> dict[str, JobRecord]:
     """One record per job from sacct's lines (see `accounted`). Of the
-    steps' lines ("87.batch", "87.0") only whether one ran out of memory is
-    kept."""
+    steps' lines ("87.batch", "87.0") only whether one ran out of memory and
+    their peaks are kept."""
     attempts, out_of_memory = [], set()
+    steps: dict[str, JobUsage] = {}
     for line in output.splitlines():
         if not line:
             continue
-        job_id, state, exit_code, start, end, elapsed, nodes, reason, name, tres = \
-            line.split("|", 9)
+        fields = line.split("|")
+        job_id, state, exit_code, start, end, elapsed, nodes, reason, name, tres = fields[:10]
+        total_cpu, used = (fields[10], fields[11]) if len(fields) >= 12 else ("", "")
         if "." in job_id:
+            job = job_id.split(".", 1)[0]
             if state == "OUT_OF_MEMORY":
-                out_of_memory.add(job_id.split(".", 1)[0])
+                out_of_memory.add(job)
+            _add_step_usage(steps.setdefault(job, JobUsage()), used)
             continue
         code, _, sig = exit_code.partition(":")
         attempts.append(JobRecord(
@@ -110,8 +165,17 @@ def parse_sacct(output: str) -> dict[str, JobRecord]:
             nodes="" if nodes == "None assigned" else nodes,
             name=name,
             gpus=tres_gpus(tres),
+            usage=JobUsage(cpu_seconds=cpu_time(total_cpu)) if total_cpu else None,
         ))
-    return accounted(attempts, out_of_memory)
+    records = accounted(attempts, out_of_memory)
+    for job_id, step in steps.items():
+        record = records.get(job_id)
+        if record is not None:
+            usage = record.usage or JobUsage()
+            usage.max_memory_bytes, usage.gpu_memory_bytes, usage.gpu_utilization = \
+                step.max_memory_bytes, step.gpu_memory_bytes, step.gpu_utilization
+            record.usage = usage
+    return records
 
 
 def accounted(attempts: Iterable[JobRecord], out_of_memory: set[str]) -> dict[str, JobRecord]:
@@ -249,69 +313,6 @@ def run_status(record: JobRecord, stopped_for: str | None = None) -> str:
     if status == "canceled" and stopped_for:
         return stopped_for
     return status
-
-
-# What a job used, from accounting: its CPU time (the job's line sums its
-# steps'), and each step's peak memory and GPU figures (TRESUsageInMax:
-# mem=, and gres/gpumem= and gres/gpuutil= where the site gathers them).
-USAGE_FIELDS = "JobID,TotalCPU,TRESUsageInMax"
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
-_TRES_AMOUNT = re.compile(r"^(\d+(?:\.\d+)?)([KMGTP]?)$")
-
-
-@dataclass(slots=True)
-class JobUsage:
-    cpu_seconds: float | None = None
-    max_memory_bytes: int | None = None
-    gpu_memory_bytes: int | None = None
-    gpu_utilization: float | None = None     # the highest a step saw, 0..1
-
-
-def cpu_time(text: str) -> float | None:
-    """sacct's TotalCPU: [D-][HH:]MM:SS[.mmm]."""
-    days, _, rest = text.rpartition("-")
-    parts = rest.split(":")
-    try:
-        seconds = sum(float(p) * 60 ** i for i, p in enumerate(reversed(parts)))
-        return seconds + (int(days) * 86400 if days else 0) if 2 <= len(parts) <= 3 else None
-    except ValueError:
-        return None
-
-
-def _tres_amounts(text: str) -> dict[str, float]:
-    amounts = {}
-    for item in text.split(","):
-        name, _, value = item.partition("=")
-        match = _TRES_AMOUNT.match(value)
-        if match:
-            amounts[name] = float(match.group(1)) * _UNITS[match.group(2)]
-    return amounts
-
-
-def parse_usage(output: str) -> dict[str, JobUsage]:
-    usage: dict[str, JobUsage] = {}
-    for line in output.splitlines():
-        fields = line.split("|")
-        if len(fields) != 3:
-            continue
-        job_id, step = fields[0].partition(".")[::2]
-        record = usage.setdefault(job_id, JobUsage())
-        if not step:
-            record.cpu_seconds = cpu_time(fields[1])
-            continue
-        amounts = _tres_amounts(fields[2])
-        for name, attr, scale in (("mem", "max_memory_bytes", 1),
-                                  ("gres/gpumem", "gpu_memory_bytes", 1),
-                                  ("gres/gpuutil", "gpu_utilization", 0.01)):
-            if name in amounts:
-                value = amounts[name] * scale
-                best = getattr(record, attr)
-                setattr(record, attr, value if best is None else max(best, value))
-    for record in usage.values():
-        for attr in ("max_memory_bytes", "gpu_memory_bytes"):
-            if getattr(record, attr) is not None:
-                setattr(record, attr, int(getattr(record, attr)))
-    return usage
 
 
 # sinfo -N -O: one line per node and partition. GresUsed goes last: its

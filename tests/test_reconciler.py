@@ -99,10 +99,6 @@ class ScriptedSlurm:
         self.named: dict[str, str] = {}
         self.canceled: list[str] = []
         self.shortened: dict[str, int] = {}
-        self.used: dict[str, JobUsage] = {}
-
-    def usage(self, job_ids):
-        return {j: self.used[j] for j in job_ids if j in self.used}
 
     def query(self, job_ids, squeue_alone=False):
         return {j: self.records[j] for j in job_ids if j in self.records}
@@ -213,8 +209,8 @@ def test_usage_is_read_from_the_samplers_while_running_and_from_sacct_at_the_end
     _samples(ended, {"time": 1_050.0, "cpu_s": 10.0})
     slurm.records = {"2": JobRecord("2", "RUNNING", start=1_000, elapsed_seconds=100),
                      "3": JobRecord("3", "COMPLETED", exit_code=0, start=1_000, end=1_090,
-                                    elapsed_seconds=90)}
-    slurm.used = {"3": JobUsage(cpu_seconds=45.0, max_memory_bytes=3 << 30)}
+                                    elapsed_seconds=90,
+                                    usage=JobUsage(cpu_seconds=45.0, max_memory_bytes=3 << 30))}
     reconcile_once()
     live = db.session.get(Run, running.id).usage
     assert live["source"] == "sampler" and live["cpu_efficiency"] == 0.25

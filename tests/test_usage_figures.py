@@ -28,7 +28,7 @@ from divergent.app.services.runs.usage import (
     system_charts,
 )
 from divergent.app.services.site.usage import UsageSettings, UsageSettingsError, usage_settings
-from divergent.slurm.records import JobUsage, cpu_time, parse_usage
+from divergent.slurm.records import JobUsage, cpu_time, parse_sacct
 from tests.test_models import make_run
 
 SAMPLER = Path(__file__).resolve().parent.parent / "slurm" / "batch" / "usage.py"
@@ -107,14 +107,17 @@ def test_sacct_usage_fields():
     assert cpu_time("1:02:03") == 3723
     assert cpu_time("2-00:00:01") == 172801
     assert cpu_time("") is None and cpu_time("abc") is None
-    usage = parse_usage(
-        "87|01:10.000|\n"
-        "87.batch|00:00.100|cpu=00:00:00,mem=4M,pages=0\n"
-        "87.0|01:09.900|cpu=00:01:09,energy=0,mem=1060M,gres/gpumem=40G,gres/gpuutil=87\n"
-        "88_3|00:01.000|\n"
-        "garbage\n")
-    assert usage["87"] == JobUsage(70.0, 1060 * 2**20, 40 * 2**30, 0.87)
-    assert usage["88_3"] == JobUsage(1.0, None, None, None)
+    job = "|COMPLETED|0:0|1000|1070|70|node1|None|div-run-x|billing=2,cpu=2,mem=4G,node=1|"
+    records = parse_sacct(
+        f"87{job}01:10.000|\n"
+        "87.batch|COMPLETED|0:0|1000|1070|70|node1|None|batch||00:00.100|cpu=00:00:00,mem=4M\n"
+        "87.0|COMPLETED|0:0|1000|1070|70|node1|None|bash||01:09.900|"
+        "cpu=00:01:09,energy=0,mem=1060M,gres/gpumem=40G,gres/gpuutil=87\n"
+        f"88_3{job}00:01.000|\n"
+        "89|COMPLETED|0:0|1000|1070|70|node1|None|div-run-y|cpu=1\n")   # fields of old
+    assert records["87"].usage == JobUsage(70.0, 1060 * 2**20, 40 * 2**30, 0.87)
+    assert records["88_3"].usage == JobUsage(1.0, None, None, None)
+    assert records["89"].usage is None and records["89"].state == "COMPLETED"
 
 
 def sample(**values) -> bytes:

@@ -1,13 +1,12 @@
 """The reconciler's part of what runs use: a running run's samples read
 every few samples (staggered by run, so that 5,000 runs are not all read in
 one cycle) with the idle policy's step, and an ended run's figures from
-Slurm's accounting, asked once for every run that ended in a cycle."""
+Slurm's accounting, as the cycle's sacct gave them."""
 from __future__ import annotations
 
 import logging
 import math
 from collections.abc import Iterable
-from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import defer
@@ -16,9 +15,7 @@ from divergent.app.extensions import db
 from divergent.app.models import LIVE, Run
 from divergent.app.services.runs.idle import apply_idle_policy
 from divergent.app.services.runs.usage import last_samples, summarize
-from divergent.app.services.site.slurm_access import slurm_client
 from divergent.app.services.site.usage import UsageSettings
-from divergent.slurm.client import SlurmError
 from divergent.slurm.records import JobRecord
 
 log = logging.getLogger("divergent.usage")
@@ -69,20 +66,14 @@ def live_runs_query(settings: UsageSettings) -> sa.Select:
 
 
 def settle_ended(ended: Iterable[tuple[Run, JobRecord, str]]) -> None:
-    """The final figures of runs that ended this cycle: Slurm's, one sacct
-    for all of them; the samplers' alone when accounting does not answer."""
-    ended = [item for item in ended if item[0].started_at is not None]
-    if not ended:
-        return
-    try:
-        accounted = slurm_client().usage([cast(str, run.slurm_job_id) for run, _, _ in ended])
-    except SlurmError as exc:
-        log.warning("accounting did not say what runs used: %s", exc)
-        accounted = {}
+    """The final figures of runs that ended this cycle: Slurm's, from the
+    cycle's own sacct (its TotalCPU and TRESUsageInMax fields, no second
+    call to hold up a run's end), and the samplers' where Slurm has none."""
     for run, record, state_dir in ended:
+        if run.started_at is None:
+            continue
         seconds = (record.elapsed_seconds or 0) - record.earlier_seconds
         try:
-            run.usage = summarize(run, last_samples(state_dir),
-                                  accounted.get(cast(str, run.slurm_job_id)), seconds)
+            run.usage = summarize(run, last_samples(state_dir), record.usage, seconds)
         except Exception:   # one run's figures never stop the cycle every org shares
             log.exception("could not settle what %s used", run.name)
