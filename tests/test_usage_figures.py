@@ -26,6 +26,7 @@ from divergent.app.services.runs.usage import (
     parse_sample,
     summarize,
     system_charts,
+    usage_json,
 )
 from divergent.app.services.site.usage import UsageSettings, UsageSettingsError, usage_settings
 from divergent.slurm.records import JobUsage, cpu_time, parse_sacct
@@ -195,6 +196,11 @@ def test_gpus_without_telemetry_are_null_and_say_so(runs):
     assert summarize(gpu_run, nodes)["gpu_note"] == NO_GPU_TELEMETRY
     assert summarize(cpu_run, nodes)["gpu_note"] is None
     assert summarize(cpu_run, nodes)["gpu_memory_max_bytes"] is None
+    # Nothing measured yet (queued): nulls, the note included.
+    assert usage_json(gpu_run) == {"cpu_efficiency": None, "max_memory_bytes": None,
+                                   "memory_requested_bytes": 64 * GIB, "gpu_utilization": None,
+                                   "gpu_memory_max_bytes": None, "gpu_note": None,
+                                   "source": None}
 
 
 def test_one_hint_only_when_a_run_clearly_over_asked(runs):
@@ -238,6 +244,7 @@ def test_the_charts_of_a_long_file_span_it_at_a_coarser_grain(tmp_path, monkeypa
     monkeypatch.setattr("divergent.app.services.runs.usage.SERIES_BYTES", 8192)
     monkeypatch.setattr("divergent.app.services.runs.usage.NODE_SERIES_BYTES", 1024)
     monkeypatch.setattr("divergent.app.services.runs.usage.SPREAD", 8)
+    monkeypatch.setattr("divergent.app.services.runs.usage.SPREAD_PIECE", 1024)
     lines = [sample(time=1000.0 + t, cpu_s=float(t)) for t in range(2000)]
     (tmp_path / "usage.0.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     seconds = system_charts(str(tmp_path))[0]["data"][0]

@@ -35,6 +35,7 @@ MAX_NODES = 256
 SERIES_BYTES = 1024 * 1024
 NODE_SERIES_BYTES = 64 * 1024
 SPREAD = 64
+SPREAD_PIECE = 16 * 1024        # at least: a refresh makes at most 64 reads
 GIB = 1 << 30
 NO_GPU_TELEMETRY = "no GPU telemetry on this cluster"
 # The last line of `div run` says a run over-asked only for one that ran
@@ -184,10 +185,7 @@ def summarize(run: Run, samples: list[dict], accounted: JobUsage | None = None,
 
 def usage_json(run: Run) -> dict:
     """The run's `usage` as its JSON shows it: nothing measured yet is nulls."""
-    stored = run.usage or {}
-    if not stored:
-        stored = summarize(run, [])
-        stored["gpu_note"] = None if gpu_type(run.gpu_type).is_cpu else stored["gpu_note"]
+    stored = run.usage or {"memory_requested_bytes": per_node(run)[1] * GIB}
     return {key: stored.get(key) for key in PUBLIC}
 
 
@@ -279,7 +277,8 @@ def node_series(state_dir: str) -> list[tuple[int, list[dict]]]:
     files, nodes = _files(state_dir), []
     budget = max(NODE_SERIES_BYTES, SERIES_BYTES // max(1, len(files)))
     for node, name in files:
-        samples = _samples_in(_read(os.path.join(state_dir, name), budget, SPREAD))
+        pieces = max(1, min(SPREAD, budget // SPREAD_PIECE))
+        samples = _samples_in(_read(os.path.join(state_dir, name), budget, pieces))
         if samples:
             nodes.append((node, samples))
     newest = max((s["attempt"] or 0 for _, samples in nodes for s in samples), default=0)
