@@ -51,8 +51,9 @@ class GeneratedSlurm:
         if argv[0] == "squeue":
             out = "".join(f"{i}|RUNNING|None|{self.now - 125}|node{int(i) % 2 + 1}|div-run||1\n" for i in ids)
         else:
-            out = "".join(f"{i}|RUNNING|0:0|{self.now - 125}|Unknown|125|node{int(i) % 2 + 1}|None|div-run|\n"
-                          for i in ids)
+            # The last two: TotalCPU and TRESUsageInMax (what it used).
+            out = "".join(f"{i}|RUNNING|0:0|{self.now - 125}|Unknown|125|node{int(i) % 2 + 1}"
+                          "|None|div-run||01:00.000|\n" for i in ids)
         return CommandResult(0, out, "")
 
 

@@ -60,16 +60,17 @@ def _tres_amounts(text: str) -> dict[str, float]:
     return amounts
 
 
-def _add_step_usage(record: JobUsage, tres: str) -> None:
-    amounts = _tres_amounts(tres)
-    for name, attr, scale in (("mem", "max_memory_bytes", 1),
-                              ("gres/gpumem", "gpu_memory_bytes", 1),
-                              ("gres/gpuutil", "gpu_utilization", 0.01)):
-        if name in amounts:
-            value = amounts[name] * scale
-            best = getattr(record, attr)
-            value = value if best is None else max(best, value)
-            setattr(record, attr, value if attr == "gpu_utilization" else int(value))
+def _job_usage(total_cpu: str, steps: list[str]) -> JobUsage:
+    """The job's TotalCPU, and the highest of its steps' TRESUsageInMax."""
+    peaks: dict[str, float] = {}
+    for tres in steps:
+        for name, value in _tres_amounts(tres).items():
+            peaks[name] = max(value, peaks.get(name, value))
+    memory, gpu_memory, gpu_util = (peaks.get(n) for n in ("mem", "gres/gpumem", "gres/gpuutil"))
+    return JobUsage(cpu_seconds=cpu_time(total_cpu) if total_cpu else None,
+                    max_memory_bytes=None if memory is None else int(memory),
+                    gpu_memory_bytes=None if gpu_memory is None else int(gpu_memory),
+                    gpu_utilization=None if gpu_util is None else gpu_util / 100)
 
 
 # slots and no frozen __setattr__ detour: 10,000 rows parse in about half the time.
@@ -136,7 +137,11 @@ def parse_sacct(output: str) -> dict[str, JobRecord]:
     steps' lines ("87.batch", "87.0") only whether one ran out of memory and
     their peaks are kept."""
     attempts, out_of_memory = [], set()
-    steps: dict[str, JobUsage] = {}
+    # What each job used, kept as sacct's text and read only for jobs that
+    # ended (a run's figures are settled once, at its end): the cycle reads
+    # every live job's lines, and parses no TRES of theirs.
+    total_cpus: dict[str, str] = {}
+    steps_used: dict[str, list[str]] = {}
     for line in output.splitlines():
         if not line:
             continue
@@ -147,8 +152,9 @@ def parse_sacct(output: str) -> dict[str, JobRecord]:
             job = job_id.split(".", 1)[0]
             if state == "OUT_OF_MEMORY":
                 out_of_memory.add(job)
-            _add_step_usage(steps.setdefault(job, JobUsage()), used)
+            steps_used.setdefault(job, []).append(used)
             continue
+        total_cpus[job_id] = total_cpu
         code, _, sig = exit_code.partition(":")
         attempts.append(JobRecord(
             job_id,
@@ -165,16 +171,11 @@ def parse_sacct(output: str) -> dict[str, JobRecord]:
             nodes="" if nodes == "None assigned" else nodes,
             name=name,
             gpus=tres_gpus(tres),
-            usage=JobUsage(cpu_seconds=cpu_time(total_cpu)) if total_cpu else None,
         ))
     records = accounted(attempts, out_of_memory)
-    for job_id, step in steps.items():
-        record = records.get(job_id)
-        if record is not None:
-            usage = record.usage or JobUsage()
-            usage.max_memory_bytes, usage.gpu_memory_bytes, usage.gpu_utilization = \
-                step.max_memory_bytes, step.gpu_memory_bytes, step.gpu_utilization
-            record.usage = usage
+    for job_id, record in records.items():
+        if record.finished and (total_cpus.get(job_id) or job_id in steps_used):
+            record.usage = _job_usage(total_cpus.get(job_id, ""), steps_used.get(job_id, []))
     return records
 
 

@@ -23,6 +23,13 @@ class GpuUse:
     measured: int = 0          # of those, GPUs whose utilisation is known
     used: float = 0.0          # GPUs' worth of work on the measured ones
 
+    def add(self, gpus: int, usage: dict | None) -> None:
+        self.allocated += gpus
+        utilization = _utilization(usage)
+        if utilization is not None:
+            self.measured += gpus
+            self.used += gpus * utilization
+
     @property
     def used_gpus(self) -> float | None:
         """GPUs' worth in use, scaled from the measured ones to all; None without telemetry."""
@@ -42,12 +49,7 @@ def gpus_in_use() -> list[GpuUse]:
     for org, gpu, gpus, usage in rows:
         if gpu_type(gpu).is_cpu:
             continue
-        entry = use.setdefault((org, gpu), GpuUse(org, gpu))
-        entry.allocated += gpus
-        utilization = _utilization(usage)
-        if utilization is not None:
-            entry.measured += gpus
-            entry.used += gpus * utilization
+        use.setdefault((org, gpu), GpuUse(org, gpu)).add(gpus, usage)
     return sorted(use.values(), key=lambda e: (e.gpu, e.org))
 
 
@@ -67,14 +69,10 @@ def gpu_hours_efficiency(org_id: int, start: datetime, end: datetime) -> tuple[f
     rows = db.session.execute(sa.select(Run.gpu_type, Run.gpus, Run.elapsed_seconds, Run.usage)
                               .where(Run.org_id == org_id, Run.created_at >= start,
                                      Run.created_at < end, Run.elapsed_seconds > 0)).tuples().all()
-    hours = measured = worked = 0.0
+    # GPU-seconds, counted as a GpuUse counts GPUs.
+    month = GpuUse("", "")
     for gpu, gpus, seconds, usage in rows:
-        if gpu_type(gpu).is_cpu:
-            continue
-        run_hours = gpus * seconds / 3600
-        hours += run_hours
-        utilization = _utilization(usage)
-        if utilization is not None:
-            measured += run_hours
-            worked += run_hours * utilization
-    return hours, (round(worked / measured, 3) if measured else None)
+        if not gpu_type(gpu).is_cpu:
+            month.add(gpus * seconds, usage)
+    worked = None if not month.measured else round(month.used / month.measured, 3)
+    return month.allocated / 3600, worked

@@ -150,11 +150,15 @@ def _outcome(run: Run) -> str:
     return what
 
 
+def run_url(run: Run) -> str:
+    return f"{current_app.config['DIV_PUBLIC_URL'].rstrip('/')}/runs/{run.name}"
+
+
 def message(run: Run, event: str) -> tuple[str, dict]:
     """One line that says what happened, with the run's URL, checks (when
     it has any) and cost; and the JSON a webhook gets (`text` is what Slack
     shows)."""
-    url = f"{current_app.config['DIV_PUBLIC_URL'].rstrip('/')}/runs/{run.name}"
+    url = run_url(run)
     checks = [f"{c['check']} {c['verdict']}" + (f" ({c['value']})" if c.get("value") is not None
                                                   else "") for c in run.checks or []]
     origin = f" (schedule {run.schedule_name})" if run.schedule_name else ""
@@ -192,7 +196,7 @@ def enqueue_idle_warning(run: Run, measure: str, below: float, warn_minutes: flo
                          stop_minutes: float) -> int:
     """Tells the run's owner, on their channels that hear `idle`, that the
     site's idle policy will stop it (committed with the reading that saw it)."""
-    url = f"{current_app.config['DIV_PUBLIC_URL'].rstrip('/')}/runs/{run.name}"
+    url = run_url(run)
     what = "CPUs" if measure == "cpu" else "GPUs"
     text = (f"divergent: run {run.name}'s {what} have been under {below:.0%} utilization "
             f"for {warn_minutes:g} minutes; it will be stopped if they stay idle "
