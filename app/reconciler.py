@@ -251,11 +251,14 @@ def follow_jobs(runs: list[Run] | None = None) -> int:
             if run.restarts > restarts and run.status in LIVE and \
                     not restarted(run, record, state_dir):
                 run.restarts = restarts
-            follow_running(run, state_dir, usage, now, readings)
         except Exception:   # what one run wrote never stops the cycle every org shares
             log.exception("could not settle %s; it is tried again next cycle", run.name)
             db.session.expire(run)
             continue
+        try:   # apart: what it used never holds up its state, cost and end
+            follow_running(run, state_dir, usage, now, readings)
+        except Exception:
+            log.exception("could not read what %s uses; it is read again later", run.name)
         changed += before != (run.status, run.pending_reason, run.elapsed_seconds)
         if before[0] in LIVE and run.status not in LIVE:
             enqueue_for(run)    # in the transaction that ends it

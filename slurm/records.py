@@ -39,15 +39,19 @@ class JobUsage:
     gpu_utilization: float | None = None     # the highest a step saw, 0..1
 
 
+# No figure of sacct's is read past this (a century of CPU seconds, an
+# exabyte): anything larger is garbage, not a measurement.
+MOST = 1e18
+_CPU_TIME = re.compile(r"^(?:(\d{1,6})-)?(?:(\d{1,6}):)?(\d{1,6}):(\d{1,6}(?:\.\d{1,6})?)$")
+
+
 def cpu_time(text: str) -> float | None:
-    """sacct's TotalCPU: [D-][HH:]MM:SS[.mmm]."""
-    days, _, rest = text.rpartition("-")
-    parts = rest.split(":")
-    try:
-        seconds = sum(float(p) * 60 ** i for i, p in enumerate(reversed(parts)))
-        return seconds + (int(days) * 86400 if days else 0) if 2 <= len(parts) <= 3 else None
-    except ValueError:
+    """sacct's TotalCPU: [D-][HH:]MM:SS[.mmm]; None for anything else."""
+    match = _CPU_TIME.match(text)
+    if match is None:
         return None
+    days, hours, minutes, seconds = (float(g or 0) for g in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def _tres_amounts(text: str) -> dict[str, float]:
@@ -55,8 +59,10 @@ def _tres_amounts(text: str) -> dict[str, float]:
     for item in text.split(","):
         name, _, value = item.partition("=")
         match = _TRES_AMOUNT.match(value)
-        if match:
-            amounts[name] = float(match.group(1)) * _UNITS[match.group(2)]
+        if match and len(match.group(1)) <= 24:
+            amount = float(match.group(1)) * _UNITS[match.group(2)]
+            if amount <= MOST:
+                amounts[name] = amount
     return amounts
 
 
@@ -154,7 +160,9 @@ def parse_sacct(output: str) -> dict[str, JobRecord]:
                 out_of_memory.add(job)
             steps_used.setdefault(job, []).append(used)
             continue
-        total_cpus[job_id] = total_cpu
+        # Steps follow their job's line: those before it were an earlier
+        # attempt's, or an older job's under a reused id.
+        total_cpus[job_id], steps_used[job_id] = total_cpu, []
         code, _, sig = exit_code.partition(":")
         attempts.append(JobRecord(
             job_id,
@@ -174,7 +182,7 @@ def parse_sacct(output: str) -> dict[str, JobRecord]:
         ))
     records = accounted(attempts, out_of_memory)
     for job_id, record in records.items():
-        if record.finished and (total_cpus.get(job_id) or job_id in steps_used):
+        if record.finished and (total_cpus.get(job_id) or steps_used.get(job_id)):
             record.usage = _job_usage(total_cpus.get(job_id, ""), steps_used.get(job_id, []))
     return records
 

@@ -242,7 +242,6 @@ def test_system_charts_from_the_nodes_files(tmp_path):
 
 def test_the_charts_of_a_long_file_span_it_at_a_coarser_grain(tmp_path, monkeypatch):
     monkeypatch.setattr("divergent.app.services.runs.usage.SERIES_BYTES", 8192)
-    monkeypatch.setattr("divergent.app.services.runs.usage.NODE_SERIES_BYTES", 1024)
     monkeypatch.setattr("divergent.app.services.runs.usage.SPREAD", 8)
     monkeypatch.setattr("divergent.app.services.runs.usage.SPREAD_PIECE", 1024)
     lines = [sample(time=1000.0 + t, cpu_s=float(t)) for t in range(2000)]
@@ -346,3 +345,21 @@ def test_bad_usage_settings_say_what_is_wrong(table, message):
 def test_the_idle_policy_is_off_by_default():
     assert not UsageSettings().idle_policy
     assert usage_settings({"idle_warn_minutes": 0.5}).idle_policy
+
+
+def test_garbage_figures_from_a_sample_or_sacct_are_none_never_an_error():
+    assert parse_sample(sample(cpu_s=10 ** 400))["cpu_s"] is None
+    for text in ("9" * 400 + "-00:00", ":".join(["1"] * 200), "-1-00:00", "nan:00", "inf:00"):
+        assert cpu_time(text) is None, text
+    job = "|COMPLETED|0:0|1000|1070|70|node1|None|div-run-x||"
+    records = parse_sacct(f"87{job}01:00.000|\n87.0{job[:-1]}|00:01.000|mem=" + "9" * 400 + "\n")
+    assert records["87"].usage == JobUsage(60.0, None, None, None)
+
+
+def test_an_older_jobs_steps_under_a_reused_id_are_never_this_ones():
+    job = "|COMPLETED|0:0|1000|1070|70|node1|None|div-run-x||"
+    records = parse_sacct(f"87{job}01:00.000|\n87.0|COMPLETED|0:0|1000|1070|70|node1|None|bash||"
+                          "00:01.000|mem=100G,gres/gpuutil=100\n"
+                          f"87{job}00:30.000|\n87.0|COMPLETED|0:0|1000|1070|70|node1|None|bash||"
+                          "00:01.000|mem=1G\n")
+    assert records["87"].usage == JobUsage(30.0, 1 << 30, None, None)

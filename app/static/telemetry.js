@@ -45,12 +45,19 @@
   }
   draw(JSON.parse(document.getElementById("chart-data").textContent));
   if (root.dataset.live !== "yes") return;
-  const timer = setInterval(async () => {
-    const answer = await fetch(root.dataset.source, { credentials: "same-origin" });
-    if (!answer.ok) return;
-    const body = await answer.json();
-    if (body.charts.length !== plots.length) { location.reload(); return; }
-    draw(body.charts);
-    if (!body.live) clearInterval(timer);
-  }, 2000);
+  // The next ask 2 s after an answer, never before it: a slow answer never
+  // has others pile up behind it.
+  async function refresh() {
+    try {
+      const answer = await fetch(root.dataset.source, { credentials: "same-origin" });
+      if (answer.ok) {
+        const body = await answer.json();
+        if (body.charts.length !== plots.length) { location.reload(); return; }
+        draw(body.charts);
+        if (!body.live) return;
+      }
+    } catch (e) { /* the server away a moment: ask again */ }
+    setTimeout(refresh, 2000);
+  }
+  setTimeout(refresh, 2000);
 })();

@@ -33,9 +33,14 @@ MAX_NODES = 256
 # longer file is read in SPREAD pieces from its start to its end, so the
 # charts span the whole run at a coarser grain.
 SERIES_BYTES = 1024 * 1024
-NODE_SERIES_BYTES = 64 * 1024
 SPREAD = 64
 SPREAD_PIECE = 16 * 1024        # at least: a refresh makes at most 64 reads
+# What a chart shows at most, whatever the run's size: its first CHART_NODES
+# nodes, CHART_SERIES series (nodes, or their GPUs), CHART_POINTS points in
+# time (samples of several nodes at about one moment share one).
+CHART_NODES = 16
+CHART_SERIES = 32
+CHART_POINTS = 1000
 GIB = 1 << 30
 NO_GPU_TELEMETRY = "no GPU telemetry on this cluster"
 # The last line of `div run` says a run over-asked only for one that ran
@@ -51,6 +56,8 @@ def _figure(value: object, most: float = 1e18) -> float | None:
     """A number a sample may hold: finite, not negative, not absurd."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
+    if isinstance(value, int) and not 0 <= value <= most:
+        return None      # before float(): JSON's integers have no bound
     return float(value) if math.isfinite(value) and 0 <= value <= most else None
 
 
@@ -274,8 +281,8 @@ SYSTEM_CHARTS = (
 
 def node_series(state_dir: str) -> list[tuple[int, list[dict]]]:
     """Each node's newest samples of the newest attempt, in order, bounded."""
-    files, nodes = _files(state_dir), []
-    budget = max(NODE_SERIES_BYTES, SERIES_BYTES // max(1, len(files)))
+    files, nodes = _files(state_dir)[:CHART_NODES], []
+    budget = SERIES_BYTES // max(1, len(files))
     for node, name in files:
         pieces = max(1, min(SPREAD, budget // SPREAD_PIECE))
         samples = _samples_in(_read(os.path.join(state_dir, name), budget, pieces))
@@ -294,6 +301,8 @@ def system_charts(state_dir: str) -> list[dict]:
     if not nodes:
         return []
     origin = min(samples[0]["start"] for _, samples in nodes)
+    last = max(samples[-1]["time"] for _, samples in nodes)
+    grain = max(0.1, (last - origin) / CHART_POINTS)
     charts = []
     for title, what, values in SYSTEM_CHARTS:
         rows: dict[float, dict[str, float | None]] = {}
@@ -303,8 +312,11 @@ def system_charts(state_dir: str) -> list[dict]:
                 for i, value in enumerate(values(sample, before)):
                     name = f"node {node}" + (f" gpu {i}" if what.startswith("gpu") else "")
                     if name not in names:
+                        if len(names) == CHART_SERIES:
+                            continue
                         names.append(name)
-                    rows.setdefault(round(sample["time"] - origin, 1), {})[name] = value
+                    moment = round(round((sample["time"] - origin) / grain) * grain, 1)
+                    rows.setdefault(moment, {})[name] = value
         if not any(v is not None for row in rows.values() for v in row.values()):
             continue
         xs = sorted(rows)
