@@ -625,6 +625,13 @@ def _job_of(stack, name: str, org: str) -> tuple[str, str]:
                                text=True, check=True).stdout.split()[0]
 
 
+def _scontrol_fields(kind: str, name: str) -> dict[str, str]:
+    """What `scontrol show job|node` says of one, as key=value pairs."""
+    shown = subprocess.run(["scontrol", "-o", "show", kind, name], capture_output=True,
+                           text=True, check=True).stdout
+    return dict(field.split("=", 1) for field in shown.split() if "=" in field)
+
+
 def _listening_ports(node: str, program: str) -> list[int]:
     """The TCP ports `program` listens on in a node's own network."""
     listed = subprocess.run(["nsenter", f"--net=/run/netns/div-{node}", "ss", "-Hltnp"],
@@ -715,11 +722,20 @@ def test_a_site_may_keep_orgs_off_each_others_nodes(stack, project):
                                 "--", "sleep 600", cwd=project, org=org)
             assert started.returncode == 0, started.stderr
             stack.wait_for_status(name, "running", org=org)
-        nodes = {name: _job_of(stack, name, org)[1] for name, org in (
+        jobs = {name: _job_of(stack, name, org) for name, org in (
             ("mcs-first", "e2e"), ("mcs-theirs", "other"), ("mcs-second", "e2e"))}
-        # Slurm packs the first idle node: the other org's run goes elsewhere,
-        # the same org's shares it.
-        assert nodes["mcs-theirs"] != nodes["mcs-first"] == nodes["mcs-second"], nodes
+        shown = {name: _scontrol_fields("job", job) for name, (job, _) in jobs.items()}
+        # Each run holds its node for its org's account alone (OverSubscribe=MCS),
+        # never the whole node for itself: the node takes that org's label, and
+        # other jobs of the same org may still share it (which node Slurm packs
+        # them on depends on the other tests' jobs meanwhile).
+        for name, (_, node) in jobs.items():
+            assert shown[name]["OverSubscribe"] == "MCS", shown[name]
+            assert shown[name]["MCS_label"] == shown[name]["Account"], shown[name]
+            assert _scontrol_fields("node", node)["MCS_label"] == shown[name]["MCS_label"], node
+        assert shown["mcs-first"]["MCS_label"] == shown["mcs-second"]["MCS_label"]
+        assert shown["mcs-theirs"]["MCS_label"] != shown["mcs-first"]["MCS_label"]
+        assert jobs["mcs-theirs"][1] not in (jobs["mcs-first"][1], jobs["mcs-second"][1]), jobs
         doctor = stack.flask("doctor", check=False).stdout
         assert re.search(r"org nodes.*exclusive.*mcs/account", doctor), doctor
     finally:

@@ -44,7 +44,7 @@ def _utilization(usage: dict | None) -> float | None:
 def gpus_in_use() -> list[GpuUse]:
     """Running GPU runs, by org and GPU type."""
     rows = db.session.execute(sa.select(Org.name, Run.gpu_type, Run.gpus, Run.usage).join(
-        Org, Org.id == Run.org_id).where(Run.status == "running")).tuples().all()
+        Org, Org.id == Run.org_id).where(Run.status == "running")).all()
     use: dict[tuple[str, str], GpuUse] = {}
     for org, gpu, gpus, usage in rows:
         if gpu_type(gpu).is_cpu:
@@ -68,7 +68,7 @@ def gpu_hours_efficiency(org_id: int, start: datetime, end: datetime) -> tuple[f
     spent working, over the runs whose GPUs were measured (None if none were)."""
     rows = db.session.execute(sa.select(Run.gpu_type, Run.gpus, Run.elapsed_seconds, Run.usage)
                               .where(Run.org_id == org_id, Run.created_at >= start,
-                                     Run.created_at < end, Run.elapsed_seconds > 0)).tuples().all()
+                                     Run.created_at < end, Run.elapsed_seconds > 0)).all()
     # GPU-seconds, counted as a GpuUse counts GPUs.
     month = GpuUse("", "")
     for gpu, gpus, seconds, usage in rows:
