@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -43,8 +44,10 @@ def _utilization(usage: dict | None) -> float | None:
 
 def gpus_in_use() -> list[GpuUse]:
     """Running GPU runs, by org and GPU type."""
-    rows = db.session.execute(sa.select(Org.name, Run.gpu_type, Run.gpus, Run.usage).join(
-        Org, Org.id == Run.org_id).where(Run.status == "running")).all()
+    # The model's columns are untyped: the rows' types are said here, once.
+    rows = cast(list[tuple[str, str, int, dict[str, Any] | None]], db.session.execute(
+        sa.select(Org.name, Run.gpu_type, Run.gpus, Run.usage).join(
+            Org, Org.id == Run.org_id).where(Run.status == "running")).all())
     use: dict[tuple[str, str], GpuUse] = {}
     for org, gpu, gpus, usage in rows:
         if gpu_type(gpu).is_cpu:
@@ -66,9 +69,10 @@ def by_type(entries: list[GpuUse]) -> list[GpuUse]:
 def gpu_hours_efficiency(org_id: int, start: datetime, end: datetime) -> tuple[float, float | None]:
     """The GPU hours an org's runs of the month ran, and the share of them
     spent working, over the runs whose GPUs were measured (None if none were)."""
-    rows = db.session.execute(sa.select(Run.gpu_type, Run.gpus, Run.elapsed_seconds, Run.usage)
-                              .where(Run.org_id == org_id, Run.created_at >= start,
-                                     Run.created_at < end, Run.elapsed_seconds > 0)).all()
+    rows = cast(list[tuple[str, int, int, dict[str, Any] | None]], db.session.execute(
+        sa.select(Run.gpu_type, Run.gpus, Run.elapsed_seconds, Run.usage)
+        .where(Run.org_id == org_id, Run.created_at >= start,
+               Run.created_at < end, Run.elapsed_seconds > 0)).all())
     # GPU-seconds, counted as a GpuUse counts GPUs.
     month = GpuUse("", "")
     for gpu, gpus, seconds, usage in rows:
