@@ -930,7 +930,10 @@ def test_parallel_runs_never_share_what_is_left_of_the_orgs_limit(stack):
     # back what it had not spent: never more than the limit in all.
     live = [run for run in made if run["status"] in ("queued", "running")]
     assert len(live) == 1 and len(made) + len(refused) == 20, (
-        [a.status_code for a in answers], made)
+        [a.status_code for a in answers],
+        [{key: run.get(key) for key in ("name", "status", "slurm_job_id", "restarts", "time_limit_minutes",
+                                        "rate", "cost", "created_at", "started_at", "ended_at")}
+         for run in made])
     assert sum(_may_spend(run) for run in made) <= Decimal("0.01"), made
     assert all("held by live runs" in message for message in refused)
     for run in live:
