@@ -240,6 +240,15 @@ def test_system_charts_from_the_nodes_files(tmp_path):
     assert [s["cpu_s"] for s in last_samples(str(tmp_path))] == [4.0, 50.0]
 
 
+def test_a_reading_takes_each_nodes_newest_whole_sample(tmp_path):
+    # Longer than the tail read, a line being written at its end: the
+    # newest whole line is the reading (its totals are the run's so far).
+    lines = [sample(time=1000.0 + t, cpu_s=float(t)) for t in range(200)]
+    (tmp_path / "usage.0.jsonl").write_bytes(b"\n".join(lines) + b"\n" + lines[0][:40])
+    assert len(lines[0]) * 200 > 16 * 1024
+    assert [s["cpu_s"] for s in last_samples(str(tmp_path))] == [199.0]
+
+
 def test_the_charts_of_a_long_file_span_it_at_a_coarser_grain(tmp_path, monkeypatch):
     monkeypatch.setattr("divergent.app.services.runs.usage.SERIES_BYTES", 8192)
     monkeypatch.setattr("divergent.app.services.runs.usage.SPREAD", 8)
