@@ -12,7 +12,6 @@ if it could), at most one read a run every few samples."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from typing import Any
 from divergent.app.models import Run
 from divergent.app.services.files.volumes import open_state_fd
 from divergent.app.services.money.catalog import gpu_type
-from divergent.slurm.records import JobUsage
+from divergent.slurm.records import MOST, JobUsage
 
 USAGE_FILE = re.compile(r"^usage\.([0-9]{1,4})\.jsonl$")
 # A node's last line is in its file's last TAIL bytes (a line is ~200 bytes,
@@ -52,13 +51,13 @@ PUBLIC = ("cpu_efficiency", "max_memory_bytes", "memory_requested_bytes", "gpu_u
           "gpu_memory_max_bytes", "gpu_note", "source")
 
 
-def _figure(value: object, most: float = 1e18) -> float | None:
+def _figure(value: object, most: float = MOST) -> float | None:
     """A number a sample may hold: finite, not negative, not absurd."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if isinstance(value, int) and not 0 <= value <= most:
-        return None      # before float(): JSON's integers have no bound
-    return float(value) if math.isfinite(value) and 0 <= value <= most else None
+    # Compared before float(), as JSON's integers have no bound; NaN and
+    # the infinities fail the comparison too.
+    return float(value) if 0 <= value <= most else None
 
 
 def parse_sample(line: bytes) -> dict | None:
