@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
+import threading
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+import divergent.app.services.runs.usage as usage_module
 from divergent.app.extensions import db
 from divergent.app.models import Project, utcnow
 from divergent.app.services.accounts.orgs import get_or_create_org, get_or_create_user
@@ -247,6 +251,43 @@ def test_a_reading_takes_each_nodes_newest_whole_sample(tmp_path):
     (tmp_path / "usage.0.jsonl").write_bytes(b"\n".join(lines) + b"\n" + lines[0][:40])
     assert len(lines[0]) * 200 > 16 * 1024
     assert [s["cpu_s"] for s in last_samples(str(tmp_path))] == [199.0]
+
+
+def test_a_file_of_garbage_costs_a_reading_a_few_lines(tmp_path, monkeypatch):
+    # What a compromised node could leave: 256 files of lines that are no
+    # samples. The reconciler's cycle every org shares parses a few of each.
+    for node in range(256):
+        (tmp_path / f"usage.{node}.jsonl").write_bytes(sample(cpu_s=1.0) + b"\n" + b"[]\n" * 6000)
+    parsed = []
+    real = usage_module.parse_sample
+    monkeypatch.setattr(usage_module, "parse_sample", lambda line: parsed.append(line) or real(line))
+    assert last_samples(str(tmp_path)) == []
+    assert len(parsed) == 256 * usage_module.NEWEST_LINES
+
+
+def test_the_sampler_outlives_a_full_share_and_a_kill_leaves_no_notice(tmp_path):
+    # /dev/full: every write fails (ENOSPC); the sampler carries on and ends
+    # with the process it watches.
+    watched = subprocess.Popen(["sleep", "2"])
+    threading.Thread(target=watched.wait).start()      # reaped as it ends, no zombie
+    sampler = subprocess.run([sys.executable, str(SAMPLER), "/dev/full", "1", str(watched.pid)],
+                             capture_output=True, text=True, timeout=30)
+    assert sampler.returncode == 0, sampler.stderr
+    # Killed by anyone (the run itself, under pyxis, or the OOM killer), the
+    # sampler is no job notice of the node function's in the run's log.
+    node = Path(__file__).resolve().parent.parent / "slurm" / "batch" / "node.sh"
+    script = (f"source {node}\n"
+              "sleep 2 & div_child=$!\n"
+              "div_usage_interval=1 div_state=$1 SLURM_NODEID=0 div_usage='import time\n"
+              "time.sleep(60)'\n"
+              "div_sample\n"
+              "(sleep 0.5; kill -9 $div_sampler) &\n"
+              "wait $div_child\n"
+              "div_sampled\n"
+              "echo ended\n")
+    ended = subprocess.run(["bash", "-c", script, "node", str(tmp_path)], capture_output=True,
+                           text=True, timeout=30)
+    assert ended.stdout == "ended\n" and ended.stderr == "", ended.stderr
 
 
 def test_the_charts_of_a_long_file_span_it_at_a_coarser_grain(tmp_path, monkeypatch):

@@ -67,6 +67,8 @@ div_sample() {
         "$div_state/usage.$SLURM_NODEID.jsonl" "$div_usage_interval" "$div_child" \
         </dev/null >/dev/null 2>&1) &
     div_sampler=$!
+    # Not a job of this shell's: killed by anyone, it is no notice in the run's log.
+    disown "$div_sampler"
 }
 
 # Its last line, written as it is told the run has ended: a moment at most,

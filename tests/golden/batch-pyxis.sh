@@ -297,7 +297,12 @@ def main(path: str, interval: float, watched: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o640)
 
     def write(line: dict[str, Any]) -> None:
-        os.write(fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
+        # A full or failing share loses this line, never the sampler (its
+        # totals carry on in the next; a part written is a line the server skips).
+        try:
+            os.write(fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
+        except OSError:
+            pass
     # The node function ends the sampler as the run ends (TERM): one last
     # line at once, without nvidia-smi, so that the run'"'"'s end waits on nothing.
     signal.signal(signal.SIGTERM, _ending)
@@ -411,6 +416,8 @@ div_sample() {
         "$div_state/usage.$SLURM_NODEID.jsonl" "$div_usage_interval" "$div_child" \
         </dev/null >/dev/null 2>&1) &
     div_sampler=$!
+    # Not a job of this shell's: killed by anyone, it is no notice in the run's log.
+    disown "$div_sampler"
 }
 
 # Its last line, written as it is told the run has ended: a moment at most,

@@ -26,6 +26,9 @@ USAGE_FILE = re.compile(r"^usage\.([0-9]{1,4})\.jsonl$")
 # A node's last line is in its file's last TAIL bytes (a line is ~200 bytes,
 # more with many GPUs); a run has at most MAX_NODES files read.
 TAIL = 16 * 1024
+# The sampler writes whole lines but on a failing share: a reading looks
+# this far back past lines that are not samples.
+NEWEST_LINES = 8
 MAX_NODES = 256
 # What the Telemetry tab reads at most of a run's files, all nodes together,
 # and at least of each node's, on each refresh (every 2 s while it runs): a
@@ -120,13 +123,14 @@ def _samples_in(chunks: list[bytes]) -> list[dict]:
 
 
 def _newest_sample(chunks: list[bytes]) -> dict | None:
-    """The last whole line that is a sample: lines hold running totals, so
-    it is all a reading needs (parsing the tail's every line was most of
-    the cost of usage in a cycle)."""
-    for chunk in reversed(chunks):
-        for line in reversed(chunk[:chunk.rfind(b"\n") + 1].splitlines()):
-            if (sample := parse_sample(line)) is not None:
-                return sample
+    """The last whole line that is a sample, among the last NEWEST_LINES:
+    lines hold running totals, so it is all a reading needs (parsing the
+    tail's every line was most of the cost of usage in a cycle; a file of
+    garbage costs as little)."""
+    lines = [line for chunk in chunks for line in chunk[:chunk.rfind(b"\n") + 1].splitlines()]
+    for line in reversed(lines[-NEWEST_LINES:]):
+        if (sample := parse_sample(line)) is not None:
+            return sample
     return None
 
 
